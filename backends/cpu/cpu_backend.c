@@ -1,0 +1,122 @@
+/* backends/cpu/cpu_backend.c: the CPU backend's vtable: device, memory and op entries. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_backend.h"
+
+static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void **state) {
+    ember__cpu_state *s = ember__calloc(1, sizeof *s);
+    EMBER_FAIL_IF(!s, EMBER_ERR_OUT_OF_MEMORY, "cpu backend: no memory for its state");
+    s->ctx = ctx;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
+    snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
+    snprintf(s->int8_path, sizeof s->int8_path, "cpu.scalar");
+    *state = s;
+    return EMBER_OK;
+}
+
+static void cpu_shutdown(void *state) { ember__free(state); }
+
+static int cpu_device_count(void *state) {
+    (void)state;
+    return 1;
+}
+
+static ember_status cpu_device_describe(void *state, int dev, ember_device_info *out) {
+    ember__cpu_state *s = state;
+    (void)dev;
+    char model[128] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "model name", 10) == 0) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c++;
+                    while (*c == ' ')
+                        c++;
+                    c[strcspn(c, "\n")] = '\0';
+                    snprintf(model, sizeof model, "%s", c);
+                }
+                break;
+            }
+        }
+        fclose(f);
+    }
+    snprintf(out->name, sizeof out->name, "%s", model);
+    snprintf(out->vendor, sizeof out->vendor, "host");
+    snprintf(out->driver, sizeof out->driver, "ember %s", ember_version_string());
+    snprintf(out->int8_matmul_path, sizeof out->int8_matmul_path, "%s", s->int8_path);
+    snprintf(out->blas_core, sizeof out->blas_core, "%s", ember__cpu_blas_core());
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = (pages > 0 && psz > 0) ? (uint64_t)pages * (uint64_t)psz : 0;
+    out->compute_units = s->num_threads;
+    return EMBER_OK;
+}
+
+static int cpu_holds(void *state, int dev, ember_dtype dt, const ember_qscheme *s) {
+    (void)state;
+    (void)dev;
+    (void)s;
+    return (unsigned)dt < EMBER_DTYPE_COUNT;
+}
+
+static ember_status cpu_buffer_alloc(void *state, int dev, size_t bytes, void **buf) {
+    (void)state;
+    (void)dev;
+    void *p = ember__aligned_alloc(bytes);
+    EMBER_FAIL_IF(!p, EMBER_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+    *buf = p;
+    return EMBER_OK;
+}
+
+static void cpu_buffer_free(void *state, int dev, void *buf) {
+    (void)state;
+    (void)dev;
+    ember__aligned_free(buf);
+}
+
+static ember_status cpu_upload(void *state, int dev, void *buf, size_t off, const void *src,
+                               size_t bytes) {
+    (void)state;
+    (void)dev;
+    memcpy((char *)buf + off, src, bytes);
+    return EMBER_OK;
+}
+
+static ember_status cpu_download(void *state, int dev, const void *buf, size_t off, void *dst,
+                                 size_t bytes) {
+    (void)state;
+    (void)dev;
+    memcpy(dst, (const char *)buf + off, bytes);
+    return EMBER_OK;
+}
+
+static void *cpu_host_ptr(void *state, int dev, void *buf) {
+    (void)state;
+    (void)dev;
+    return buf;
+}
+
+const ember_backend_ops ember__cpu_ops = {
+    .name = "cpu",
+    .kind = EMBER_BACKEND_CPU,
+    .api_version = EMBER__BACKEND_API_VERSION,
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .device_count = cpu_device_count,
+    .device_describe = cpu_device_describe,
+    .holds = cpu_holds,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .host_ptr = cpu_host_ptr,
+    .gemm_f32 = ember__cpu_gemm_f32,
+    .binary_f32 = ember__cpu_binary_f32,
+    .sum_rows_f32 = ember__cpu_sum_rows_f32,
+    .convert = ember__cpu_convert,
+};

@@ -1,0 +1,30 @@
+/* backends/cpu/cpu_backend.h (private): the CPU backend's state, shared by its files.
+ *
+ * The CPU backend has one device (index 0). Buffers are 64-byte aligned host memory from the
+ * ember allocator. f32 math goes to OpenBLAS (cblas); int8 matmul to ember's kernels in tiers
+ * (scalar, avx2, avx512_vnni, amx) chosen at init from CPUID and the Linux AMX permission. */
+#ifndef EMBER_CPU_BACKEND_H
+#define EMBER_CPU_BACKEND_H
+
+#include "../../dispatch/internal.h"
+
+typedef struct ember__cpu_state {
+    ember_context *ctx;
+    int num_threads;        /* threads for ember's own kernels */
+    char max_isa[32];       /* the cap asked for ("" = none) */
+    char int8_path[48];     /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
+    void *kernels;          /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
+} ember__cpu_state;
+
+/* f32 ops (cpu_float.c) */
+ember_status ember__cpu_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                 const ember_tensor *b, ember_tensor *c);
+ember_status ember__cpu_binary_f32(void *state, int dev, ember__binop op, const ember__bcast *bc,
+                                   const ember_tensor *a, const ember_tensor *b, ember_tensor *out);
+ember_status ember__cpu_sum_rows_f32(void *state, int dev, const ember_tensor *x, int64_t rows,
+                                     int64_t cols, ember_tensor *out);
+ember_status ember__cpu_convert(void *state, int dev, const ember_tensor *x, ember_tensor *out);
+/* The OpenBLAS core in use ("SkylakeX", "Prescott", ...). */
+const char *ember__cpu_blas_core(void);
+
+#endif

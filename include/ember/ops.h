@@ -1,0 +1,54 @@
+/* ember/ops.h: tensor operations. Every op is checked by the dispatcher before any backend code
+ * runs: operands must be live handles (MISUSE), on one backend (BACKEND_MISMATCH) and one device
+ * (DEVICE_MISMATCH), with compatible shapes (SHAPE_MISMATCH, both shapes in the detail) and dtypes.
+ * On failure *out is NULL and no input is modified. */
+#ifndef EMBER_OPS_H
+#define EMBER_OPS_H
+
+#include <ember/export.h>
+#include <ember/status.h>
+#include <ember/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* a @ b over the last two axes, broadcasting the leading (batch) axes as burn does. A rank-1
+ * operand is not promoted: both operands need rank >= 2. F32 (F16/BF16 computed in f32). With a
+ * quantized operand this is ember_q_matmul. */
+EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b,
+                                    ember_tensor **out);
+
+/* Quantized matmul with burn's three arms: (Q,Q), (F,Q), (Q,F), chosen by dtype; (F,F) runs the
+ * float matmul. Output: the float operand's dtype, F32 when both are quantized; with the
+ * context's quant_propagation = PROPAGATE, re-quantized with the rhs's scheme. The result equals
+ * burn's dequantize-then-matmul up to float rounding. With an enabled autodiff context the
+ * output is a fresh tracked leaf. */
+EMBER_API ember_status ember_q_matmul(const ember_tensor *a, const ember_tensor *b,
+                                      ember_tensor **out);
+
+/* The dispatcher's guards for q_matmul, with the same status and detail, doing no work. */
+EMBER_API ember_status ember_check_q_matmul(const ember_tensor *a, const ember_tensor *b);
+
+/* y = x @ W + b, W is [d_in, d_out] (burn's layout, not transposed); bias may be NULL, else
+ * [d_out]. x is [..., d_in]; y is [..., d_out]. A quantized W runs q_matmul then adds the bias. */
+EMBER_API ember_status ember_linear(const ember_tensor *x, const ember_tensor *w,
+                                    const ember_tensor *bias, ember_tensor **out);
+
+/* Elementwise with numpy/burn broadcasting (trailing axes aligned, size-1 axes stretch). */
+EMBER_API ember_status ember_add(const ember_tensor *a, const ember_tensor *b, ember_tensor **out);
+EMBER_API ember_status ember_mul(const ember_tensor *a, const ember_tensor *b, ember_tensor **out);
+
+/* burn's linear backward family (spec §3.1). Inputs must be untracked: a tracked input means a
+ * second-order derivative, which burn does not support (NOT_DIFFERENTIABLE, burn's text).
+ * dx = dy @ Wᵀ;  dW = flatten(x)ᵀ @ flatten(dy);  db = sum of dy over every axis but the last. */
+EMBER_API ember_status ember_linear_x_backward(const ember_tensor *w, const ember_tensor *dy,
+                                               ember_tensor **dx);
+EMBER_API ember_status ember_linear_weight_backward(const ember_tensor *x, const ember_tensor *dy,
+                                                    ember_tensor **dw);
+EMBER_API ember_status ember_linear_bias_backward(const ember_tensor *dy, ember_tensor **db);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* ember/quant.h: burn's quantization model, bit-exact (spec/burn-semantics.md §4).
+ *
+ * Quantized data is what burn produces byte for byte: q = clamp(round_half_away(x / s), a, b)
+ * dividing by the stored scale (after rounding it up to the scale dtype), no zero point, and the
+ * serialized form is burn's QuantizedBytes layout. */
+#ifndef EMBER_QUANT_H
+#define EMBER_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ember/backend.h>
+#include <ember/dtype.h>
+#include <ember/export.h>
+#include <ember/status.h>
+#include <ember/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* burn's quantize_dynamic (MinMax): quantize a float tensor (F32, F16, BF16) with scheme s, on the
+ * tensor's device. The result is EMBER_QFLOAT, records that device as its producer, and is never
+ * tracked by autodiff. Errors: NON_FINITE (NaN/Inf input), BLOCK_SHAPE (a block that does not
+ * divide the shape), SUB_BYTE_NATIVE, UNSUPPORTED_SCHEME, PACKED_SHAPE, SCALE_DTYPE,
+ * DTYPE_MISMATCH (x is not float). *out is NULL on failure. */
+EMBER_API ember_status ember_quantize(const ember_tensor *x, const ember_qscheme *s,
+                                      ember_tensor **out);
+
+/* Quantize with given scales: an F32 tensor with the shape of the block grid ([1] per-tensor).
+ * The scales are rounded up to the scheme's scale dtype first, as burn does. For a two-level
+ * scheme the scales are the raw per-block scales; they are normalised as in quantize. */
+EMBER_API ember_status ember_quantize_static(const ember_tensor *x, const ember_qscheme *s,
+                                             const ember_tensor *scales, ember_tensor **out);
+
+/* Dequantize to F32 on the backend and device that produced q. */
+EMBER_API ember_status ember_dequantize(const ember_tensor *q, ember_tensor **out);
+/* Dequantize to dt (F32, F16 or BF16; F16 only where the device holds F16). */
+EMBER_API ember_status ember_dequantize_to(const ember_tensor *q, ember_dtype dt,
+                                           ember_tensor **out);
+/* The per-backend entry point an engine may call directly: refuses (FOREIGN_DEQUANTIZE) unless q
+ * was produced on dev, as burn's router refuses to dequantize a foreign tensor. */
+EMBER_API ember_status ember_backend_dequantize(ember_context *ctx, ember_device dev,
+                                                const ember_tensor *q, ember_tensor **out);
+
+/* The scheme of a quantized tensor. NOT_QUANTIZED on a float tensor, with "Quantization scheme is
+ * not valid for dtype F32" in the detail. */
+EMBER_API ember_status ember_tensor_qscheme(const ember_tensor *t, ember_qscheme *out);
+
+/* The quantized values as i8, one per element, row-major (count must be at least numel);
+ * fp8/fp4 values are returned as their raw bit patterns. */
+EMBER_API ember_status ember_qtensor_values(const ember_tensor *q, int8_t *dst, size_t count);
+/* The stored scales decoded to f32, row-major over the block grid ([1] for per-tensor); count
+ * must be at least the number of scales. ember_qtensor_scale_count() tells how many. */
+EMBER_API ember_status ember_qtensor_scales(const ember_tensor *q, float *dst, size_t count);
+EMBER_API ember_status ember_qtensor_scale_count(const ember_tensor *q, size_t *count);
+/* The global f32 scale of a two-level scheme; INVALID_ARGUMENT for other schemes,
+ * NOT_QUANTIZED for floats. */
+EMBER_API ember_status ember_qtensor_global_scale(const ember_tensor *q, float *out);
+
+/* Serialize in burn's QuantizedBytes layout. dst NULL: *len = size needed, EMBER_OK. cap too
+ * small: INVALID_ARGUMENT and *len = size needed. */
+EMBER_API ember_status ember_qtensor_to_bytes(const ember_tensor *q, void *dst, size_t cap,
+                                              size_t *len);
+/* Build a quantized tensor on dev from burn's QuantizedBytes. len must be exactly the size the
+ * scheme and shape need (the detail says what was expected). Any value the storage bits can hold
+ * is accepted (e.g. -128 under Q8S), as burn does. */
+EMBER_API ember_status ember_qtensor_from_bytes(ember_context *ctx, ember_device dev,
+                                                const ember_qscheme *s, int rank,
+                                                const int64_t *shape, const void *bytes,
+                                                size_t len, ember_tensor **out);
+
+/* Dequantize q on its producer, move the floats to dst, and quantize them there with the same
+ * scheme: the explicit, opt-in way around EMBER_ERR_QUANT_TRANSFER that burn's docs recommend.
+ * Lossy where requantization changes the scales (it does not for a plain round trip). */
+EMBER_API ember_status ember_requantize_to_device(const ember_tensor *q, ember_device dst,
+                                                  ember_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,78 @@
+/* tests/util/test_util.c: helpers shared by the CUnit suites. */
+#include <CUnit/Basic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "test_util.h"
+
+const ember_device TU_CPU = {EMBER_BACKEND_CPU, 0};
+
+int tu_run(const char *name, CU_SuiteInfo *suites) {
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    if (CU_register_suites(suites) != CUE_SUCCESS) {
+        fprintf(stderr, "%s: cannot register suites: %s\n", name, CU_get_error_msg());
+        CU_cleanup_registry();
+        return 2;
+    }
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_ErrorCode rc = CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_tests_failed();
+    unsigned suites_failed = CU_get_number_of_suites_failed();
+    CU_cleanup_registry();
+    return (rc != CUE_SUCCESS || failed > 0 || suites_failed > 0) ? 1 : 0;
+}
+
+uint64_t tu_seed(void) {
+    static uint64_t seed;
+    if (!seed) {
+        const char *e = getenv("EMBER_TEST_SEED");
+        seed = e ? strtoull(e, NULL, 0) : ((uint64_t)time(NULL) ^ ((uint64_t)clock() << 20));
+        if (!seed)
+            seed = 0x9e3779b97f4a7c15ull;
+        fprintf(stderr, "EMBER_TEST_SEED=%llu\n", (unsigned long long)seed);
+    }
+    return seed;
+}
+
+uint64_t tu_next(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *s = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+void tu_rand_f32(uint64_t *s, float *dst, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(tu_next(s) >> 11) / 9007199254740992.0;
+        dst[i] = (float)(lo + (hi - lo) * u);
+    }
+}
+
+ember_context *tu_cpu_context(void) {
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    ember_context *ctx = NULL;
+    if (ember_context_create(&o, &ctx) != EMBER_OK) {
+        fprintf(stderr, "context_create failed: %s\n", ember_last_error());
+        CU_FAIL_FATAL("cannot create a CPU context");
+    }
+    return ctx;
+}
+
+void tu_check_status(const char *file, int line, ember_status got, ember_status want,
+                     const char *needle) {
+    CU_assertImplementation(got == want, (unsigned)line, "status as expected", file, "", CU_FALSE);
+    if (got != want)
+        fprintf(stderr, "  %s:%d: got %s (%s), want %s\n", file, line, ember_status_name(got),
+                ember_last_error(), ember_status_name(want));
+    if (needle && !strstr(ember_last_error(), needle)) {
+        CU_assertImplementation(CU_FALSE, (unsigned)line, "ember_last_error() has the text", file,
+                                "", CU_FALSE);
+        fprintf(stderr, "  %s:%d: detail \"%s\" lacks \"%s\"\n", file, line, ember_last_error(),
+                needle);
+    }
+}

@@ -1,0 +1,33 @@
+/* tests/util/test_util.h: helpers shared by the CUnit suites. */
+#ifndef EMBER_TEST_UTIL_H
+#define EMBER_TEST_UTIL_H
+
+#include <CUnit/CUnit.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <ember/ember.h>
+
+/* Run the suites in `suites` (a CU_SuiteInfo table, CU_SUITE_INFO_NULL-terminated) and return the
+ * process exit code: non-zero when any test failed or CUnit itself failed. */
+int tu_run(const char *name, CU_SuiteInfo *suites);
+
+/* A fresh random seed per run (printed, and taken from EMBER_TEST_SEED when set). */
+uint64_t tu_seed(void);
+/* xorshift64* generator; tu_rand_f32 fills uniform values in [lo, hi). */
+uint64_t tu_next(uint64_t *s);
+void tu_rand_f32(uint64_t *s, float *dst, size_t n, float lo, float hi);
+
+/* Assert a status and that ember_last_error() contains `needle` (NULL: anything). */
+void tu_check_status(const char *file, int line, ember_status got, ember_status want,
+                     const char *needle);
+#define TU_ASSERT_STATUS(expr, code, needle)                                                       \
+    tu_check_status(__FILE__, __LINE__, (expr), (code), (needle))
+
+#define TU_OK(expr) TU_ASSERT_STATUS(expr, EMBER_OK, (const char *)NULL)
+
+/* A CPU-only context with defaults (the OpenCL backend off); CU_FAIL on error. */
+ember_context *tu_cpu_context(void);
+extern const ember_device TU_CPU;
+
+#endif
