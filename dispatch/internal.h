@@ -97,8 +97,37 @@ const char *ember__device_str(ember_device d, char *buf, size_t cap);
 /* "[2, 3, 4]" into buf. */
 const char *ember__shape_str(int rank, const int64_t *shape, char *buf, size_t cap);
 
-/* quant/: 1 when ember_qscheme_validate(s) would pass; records no error. */
+/* ---- shared by the ops of the dispatcher (dispatch/shape.c) ---- */
+/* Same backend and same device, else BACKEND_MISMATCH ("The provided tensors are not on the same
+ * backend. Got backends cpu and opencl.") / DEVICE_MISMATCH, naming `op`. */
+ember_status ember__check_same_device(const char *op, const ember_tensor *a, const ember_tensor *b);
+
+/* The shape of a (batched, broadcast) matmul a[..., m, k] @ b[..., k, n]: out_shape, and for each
+ * of the `batch` products the element offsets of its A and B blocks (a_off / b_off, owned by the
+ * plan). SHAPE_MISMATCH with both shapes in the detail, naming `op`. */
+typedef struct ember__matmul_plan {
+    int rank;
+    int64_t out_shape[EMBER_MAX_RANK];
+    int64_t m, n, k, batch;
+    int64_t *a_off, *b_off;
+} ember__matmul_plan;
+ember_status ember__matmul_plan_make(const char *op, const ember_tensor *a, const ember_tensor *b,
+                                     ember__matmul_plan *p);
+void ember__matmul_plan_free(ember__matmul_plan *p);
+
+/* ---- quant/ ---- */
+/* 1 when ember_qscheme_validate(s) would pass; records no error. */
 int ember__qscheme_is_valid(const ember_qscheme *s);
+/* The layout of a quantized tensor of scheme s and this shape, validating both against each other
+ * (BLOCK_SHAPE, PACKED_SHAPE, ...; the detail names `op`). */
+ember_status ember__qlayout_make(const char *op, const ember_qscheme *s, int rank,
+                                 const int64_t *shape, ember__qlayout *out);
+/* Allocate an unfilled quantized tensor on dev (producer = dev). */
+ember_status ember__qtensor_alloc(ember_context *ctx, ember_device dev, const ember_qscheme *s,
+                                  int rank, const int64_t *shape, ember_tensor **out);
+/* The effective f32 scale of every block (g * s_b for two-level), row-major over the grid,
+ * read from the tensor (downloaded from its device when needed). dst holds q->q.nscales. */
+ember_status ember__qtensor_effective_scales(const ember_tensor *q, float *dst);
 
 /* ---- float <-> half conversions (dispatch/half.c): round to nearest even, NaN kept ---- */
 uint16_t ember__f32_to_f16(float f);
