@@ -16,6 +16,14 @@ typedef struct ember__cpu_state {
     void *kernels;          /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
 } ember__cpu_state;
 
+/* Run fn(arg, task, thread) for task in [0, n_tasks) on the context's CPU threads (thread in
+ * [0, num_threads)); returns when all are done. Tasks are handed out dynamically. The calling thread
+ * takes part. With n_tasks <= 1 or one thread, runs inline. (backends/cpu/threadpool.c) */
+typedef void (*ember__task_fn)(void *arg, int64_t task, int thread);
+void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_fn fn, void *arg);
+/* The CPU state of a context (its CPU backend is always present). */
+ember__cpu_state *ember__cpu_state_of(const ember_context *ctx);
+
 /* f32 ops (cpu_float.c) */
 ember_status ember__cpu_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                                  const ember_tensor *b, ember_tensor *c);
