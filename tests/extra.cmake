@@ -17,3 +17,5 @@ add_test(NAME install_consumer
                  -DPKG_CONFIG=${EMBER_PKG_CONFIG} -DSANITIZE=${EMBER_SANITIZE}
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/install_test.cmake)
 set_tests_properties(install_consumer PROPERTIES LABELS cpu TIMEOUT 300)
+
+# (examples/CMakeLists.txt registers example_quickstart: the README example builds and runs.)
