@@ -3,10 +3,10 @@
  * Arms, chosen by dtype as burn-dispatch does: (Q,Q), (F,Q), (Q,F); (F,F) is the float matmul.
  * Guards, in burn's order, all in qmm_check() so that ember_check_q_matmul() and the op give the
  * same status and detail:
- *   1. live handles of one context; each operand float (F32/F16/BF16) or QFloat;
+ *   1. live handles; each operand float (F32/F16/BF16) or QFloat;
  *   2. burn's autodiff pre-check: a quantized operand is never tracked (the API cannot break this;
  *      the check is kept for a corrupted handle);
- *   3. one backend ("q_matmul inputs are on different backends"), one device;
+ *   3. one backend ("q_matmul inputs are on different backends"), one device (of one context);
  *   4. the merge of the autodiff contexts (spec §1.2);
  *   5. shapes: a[..., m, k] @ b[..., k, n], batch axes broadcast (aligned to the right);
  *   6. with quant_propagation = PROPAGATE, the output shape must divide into the scheme's blocks,
@@ -33,31 +33,44 @@ typedef struct qmm_plan {
 
 static int is_float(ember_dtype d) { return d == EMBER_F32 || d == EMBER_F16 || d == EMBER_BF16; }
 
-/* a[..., m, k] @ b[..., k, n] with the batch axes broadcast; SHAPE_MISMATCH naming op. */
+/* a[..., m, k] @ b[..., k, n] with the batch axes broadcast (aligned to the right, 1 stretches);
+ * SHAPE_MISMATCH naming op, with the same text as ember__matmul_plan_make (which does the same
+ * checks but allocates the batch offsets, so the check function cannot call it). */
 static ember_status check_shapes(const char *op, const ember_tensor *a, const ember_tensor *b,
                                  qmm_plan *p) {
-    char as[160], bs[160];
+    char as[200], bs[200];
     ember__shape_str(a->rank, a->shape, as, sizeof as);
     ember__shape_str(b->rank, b->shape, bs, sizeof bs);
     EMBER_FAIL_IF(a->rank < 2 || b->rank < 2, EMBER_ERR_SHAPE_MISMATCH,
-                  "%s: lhs %s and rhs %s: both operands need rank >= 2", op, as, bs);
+                  "%s: lhs %s and rhs %s: both operands need rank >= 2 ([..., m, k] @ [..., k, n])",
+                  op, as, bs);
     int64_t m = a->shape[a->rank - 2], k = a->shape[a->rank - 1];
     int64_t kb = b->shape[b->rank - 2], n = b->shape[b->rank - 1];
     EMBER_FAIL_IF(k != kb, EMBER_ERR_SHAPE_MISMATCH,
-                  "%s: lhs %s and rhs %s do not multiply: inner dims %lld and %lld differ", op, as,
-                  bs, (long long)k, (long long)kb);
+                  "%s: lhs %s and rhs %s: the inner dims differ (%lld vs %lld)", op, as, bs,
+                  (long long)k, (long long)kb);
     int r = a->rank > b->rank ? a->rank : b->rank;
+    size_t batch = 1, cells = 0;
     for (int i = 0; i < r - 2; i++) {
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
         int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
         EMBER_FAIL_IF(da != db && da != 1 && db != 1, EMBER_ERR_SHAPE_MISMATCH,
-                      "%s: lhs %s and rhs %s: batch axis %d (%lld vs %lld) does not broadcast", op,
-                      as, bs, i, (long long)da, (long long)db);
+                      "%s: lhs %s and rhs %s: the batch dims cannot be broadcast (batch axis %d: "
+                      "%lld vs %lld)",
+                      op, as, bs, i, (long long)da, (long long)db);
         p->out_shape[i] = da == 1 ? db : da;
+        if (!ember__mul_size(batch, (size_t)p->out_shape[i], &batch))
+            batch = SIZE_MAX;
     }
     p->out_shape[r - 2] = m;
     p->out_shape[r - 1] = n;
     p->out_rank = r;
+    if (batch == SIZE_MAX || !ember__mul_size(batch, (size_t)m, &cells) ||
+        !ember__mul_size(cells, (size_t)n, &cells) || !ember__mul_size(cells, 8, &cells)) {
+        char so[200];
+        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "%s: lhs %s and rhs %s: the output shape %s overflows",
+                   op, as, bs, ember__shape_str(r, p->out_shape, so, sizeof so));
+    }
     return EMBER_OK;
 }
 
@@ -86,8 +99,6 @@ static ember_status qmm_check(const ember_tensor *a, const ember_tensor *b, qmm_
     memset(p, 0, sizeof *p);
     EMBER_TRY(ember__check_tensor(a, "q_matmul lhs"));
     EMBER_TRY(ember__check_tensor(b, "q_matmul rhs"));
-    EMBER_FAIL_IF(a->ctx != b->ctx, EMBER_ERR_MISUSE,
-                  "q_matmul: the operands belong to different contexts");
     p->aq = a->dtype == EMBER_QFLOAT;
     p->bq = b->dtype == EMBER_QFLOAT;
     EMBER_FAIL_IF(!p->aq && !is_float(a->dtype), EMBER_ERR_DTYPE_MISMATCH,
@@ -99,6 +110,9 @@ static ember_status qmm_check(const ember_tensor *a, const ember_tensor *b, qmm_
 
     if (!p->aq && !p->bq) { /* (F,F): the float matmul's guards */
         EMBER_TRY(ember__check_same_device("matmul", a, b));
+        EMBER_FAIL_IF(a->dtype != b->dtype, EMBER_ERR_DTYPE_MISMATCH,
+                      "matmul: lhs is %s but rhs is %s (operands must share a float dtype)",
+                      ember_dtype_name(a->dtype), ember_dtype_name(b->dtype));
         EMBER_TRY(ember__autodiff_merge("matmul", a->autodiff, b->autodiff, &p->ad));
         EMBER_TRY(check_shapes("matmul", a, b, p));
         p->out_dtype = a->dtype;
@@ -120,6 +134,10 @@ static ember_status qmm_check(const ember_tensor *a, const ember_tensor *b, qmm_
                   ember_dtype_name(a->dtype), ad, ember_dtype_name(b->dtype), bd);
     EMBER_FAIL_IF(a->device.index != b->device.index, EMBER_ERR_DEVICE_MISMATCH,
                   "q_matmul: Input tensor 1 is on the wrong device (lhs on %s, rhs on %s)", ad, bd);
+    EMBER_FAIL_IF(a->ctx != b->ctx, EMBER_ERR_DEVICE_MISMATCH,
+                  "q_matmul: Input tensor 1 is on the wrong device (both name %s, but of two "
+                  "different ember contexts)",
+                  ad);
     EMBER_TRY(ember__autodiff_merge("q_matmul", a->autodiff, b->autodiff, &p->ad));
     EMBER_TRY(check_shapes("q_matmul", a, b, p));
     p->out_dtype = !p->aq ? a->dtype : !p->bq ? b->dtype : EMBER_F32;
