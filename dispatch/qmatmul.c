@@ -20,6 +20,7 @@
  * producer to the output dtype, then the float matmul. */
 #include <string.h>
 
+#include "../quant/quant_impl.h"
 #include "internal.h"
 
 typedef struct qmm_plan {
@@ -74,25 +75,13 @@ static ember_status check_shapes(const char *op, const ember_tensor *a, const em
     return EMBER_OK;
 }
 
-/* quantize_dynamic's block rule on the output: every block dim divides its (trailing) axis. */
+/* The output must be quantizable with the propagated scheme: quantize_dynamic's layout and block
+ * rules (quant/'s own checks, so the detail is the one ember_quantize would give, naming
+ * q_matmul). */
 static ember_status check_propagation(const qmm_plan *p) {
-    const ember_qscheme *s = p->prop;
-    if (s->block_rank <= 0)
-        return EMBER_OK;
-    int ok = s->block_rank <= p->out_rank;
-    for (int i = 0; ok && i < s->block_rank; i++) {
-        int64_t dim = p->out_shape[p->out_rank - s->block_rank + i], blk = s->block[i];
-        ok = blk > 0 && dim % blk == 0;
-    }
-    if (ok)
-        return EMBER_OK;
-    char ss[160], bs[96];
-    ember__shape_str(p->out_rank, p->out_shape, ss, sizeof ss);
-    ember__shape_str(s->block_rank, s->block, bs, sizeof bs);
-    EMBER_FAIL(EMBER_ERR_BLOCK_SHAPE,
-               "q_matmul: Tensor %s must be evenly divisible by block size %s (the output is "
-               "re-quantized with the %s's scheme: quant_propagation = Propagate)",
-               ss, bs, p->bq ? "rhs" : "lhs");
+    ember__qlayout L;
+    EMBER_TRY(ember__qlayout_make("q_matmul", p->prop, p->out_rank, p->out_shape, &L));
+    return ember__qlayout_check_divisible("q_matmul", p->prop, p->out_rank, p->out_shape);
 }
 
 static ember_status qmm_check(const ember_tensor *a, const ember_tensor *b, qmm_plan *p) {

@@ -237,8 +237,10 @@ static void test_to_device_misuse(void) {
     CU_ASSERT_PTR_NULL(o);
     TU_ASSERT_STATUS(ember_check_to_device(NULL, TU_CPU), EMBER_ERR_MISUSE, "to_device");
     ember_tensor_free(t);
+    ember_tensor fake; /* a foreign pointer (a freed one would be a use after free here) */
+    memset(&fake, 0, sizeof fake);
     o = OUT_SENTINEL;
-    TU_ASSERT_STATUS(ember_to_device(t, TU_CPU, &o), EMBER_ERR_MISUSE, "already freed");
+    TU_ASSERT_STATUS(ember_to_device(&fake, TU_CPU, &o), EMBER_ERR_MISUSE, "foreign pointer");
     CU_ASSERT_PTR_NULL(o);
     ember_context_destroy(ctx);
 }
@@ -259,10 +261,11 @@ static void expect_same_to_device(const ember_tensor *t, ember_device d) {
     ember_tensor *o = NULL;
     ember_status os = ember_to_device(t, d, &o);
     CU_ASSERT_EQUAL(cs, os);
-    if (os != EMBER_OK)
+    if (os != EMBER_OK) {
         CU_ASSERT_STRING_EQUAL(detail, ember_last_error());
-    else
+    } else {
         CU_ASSERT_STRING_EQUAL(detail, "");
+    }
     ember_tensor_free(o);
 }
 
@@ -472,11 +475,11 @@ static void test_read_many_errors(void) {
     TU_ASSERT_STATUS(ember_tensor_read_many(ts, nulls, nb, 2), EMBER_ERR_INVALID_ARGUMENT,
                      "dsts[1] is NULL");
     UNTOUCHED();
-    ember_tensor *dead = mk_f32(ctx, TU_CPU, 1, s, &rng);
-    ember_tensor_free(dead);
-    const ember_tensor *withdead[2] = {a, dead};
-    TU_ASSERT_STATUS(ember_tensor_read_many(withdead, dsts, nb, 2), EMBER_ERR_MISUSE,
-                     "tensor_read_many: tensor 1: tensor was already freed");
+    ember_tensor fake;
+    memset(&fake, 0, sizeof fake);
+    const ember_tensor *withfake[2] = {a, &fake};
+    TU_ASSERT_STATUS(ember_tensor_read_many(withfake, dsts, nb, 2), EMBER_ERR_MISUSE,
+                     "tensor_read_many: tensor 1: not an ember tensor (foreign pointer)");
     UNTOUCHED();
     const ember_tensor *withnull[2] = {NULL, b};
     TU_ASSERT_STATUS(ember_tensor_read_many(withnull, dsts, nb, 2), EMBER_ERR_MISUSE,
@@ -520,8 +523,10 @@ static void run_arms(ember_context *ctx, const ember_qscheme *sa, const ember_qs
         ember_tensor *fa = mk_f32(ctx, TU_CPU, mc->ra, mc->a, &rng);
         ember_tensor *fb = mk_f32(ctx, TU_CPU, mc->rb, mc->b, &rng);
         ember_tensor *qa = NULL, *qb = NULL;
-        TU_OK(ember_quantize(fa, sa, &qa));
-        TU_OK(ember_quantize(fb, sb, &qb));
+        /* a block scheme meets only the shapes it divides */
+        ember_status sta = ember_quantize(fa, sa, &qa), stb = ember_quantize(fb, sb, &qb);
+        CU_ASSERT(sta == EMBER_OK || sta == EMBER_ERR_BLOCK_SHAPE);
+        CU_ASSERT(stb == EMBER_OK || stb == EMBER_ERR_BLOCK_SHAPE);
         if (!qa || !qb) {
             ember_tensor_free(fa);
             ember_tensor_free(fb);
@@ -638,7 +643,8 @@ static void test_q_matmul_golden(void) {
     CU_ASSERT(memcmp(qy, want_qy, 4) == 0);
     float sc = 0;
     TU_OK(ember_qtensor_scales(y, &sc, 1));
-    CU_ASSERT_DOUBLE_EQUAL(sc, 0.0313720591, 1e-9);
+    /* the scale follows the output's max, whose last ulp may move (spec §6.5) */
+    CU_ASSERT_DOUBLE_EQUAL(sc, 0.0313720591, 0.0313720591 * 4e-7);
     ember_tensor_free(y);
     /* Propagate with the quantized operand on the left takes the lhs's scheme */
     ember_tensor *wt = NULL, *qat = NULL;
@@ -875,8 +881,9 @@ static void expect_same_q_matmul(const ember_tensor *a, const ember_tensor *b) {
     if (cs != os)
         fprintf(stderr, "  check %s (%s), op %s (%s)\n", ember_status_name(cs), detail,
                 ember_status_name(os), ember_last_error());
-    if (os != EMBER_OK)
+    if (os != EMBER_OK) {
         CU_ASSERT_STRING_EQUAL(detail, ember_last_error());
+    }
     ember_tensor_free(o);
 }
 

@@ -620,18 +620,30 @@ static void test_lookup_mode(void) {
 }
 
 /* burn-cubecl ops/qtensor.rs:246, burn-ndarray ops/qtensor.rs:76: "Invalid dtype (expected
- * DType::QFloat, got {:?})" -- dequantizing a tensor that is not quantized. */
+ * DType::QFloat, got {:?})" when a quantized-only call meets a float tensor. ember: dequantizing a
+ * float is NOT_QUANTIZED (burn's scheme() text); DTYPE_MISMATCH is the plain read of a QFloat
+ * tensor, the same mix-up the other way round. */
 static void test_dequantize_float(void) {
     ember_context *ctx = tu_cpu_context();
     ember_tensor *x = mk_f32(ctx, TU_CPU, 2, S23, &rng);
-    snap sx;
+    ember_qscheme s = q8s();
+    ember_tensor *q = mk_q(ctx, TU_CPU, &s, 2, S23, &rng);
+    snap sx, sq;
     snap_take(x, &sx);
+    snap_take(q, &sq);
     ember_tensor *out = OUT_SENTINEL;
-    EXPECT_REFUSED(ember_dequantize(x, &out), EMBER_ERR_DTYPE_MISMATCH,
-                   "Invalid dtype (expected DType::QFloat, got F32)");
+    EXPECT_REFUSED(ember_dequantize(x, &out), EMBER_ERR_NOT_QUANTIZED,
+                   "Quantization scheme is not valid for dtype F32");
     CU_ASSERT_PTR_NULL(out);
+    float dst[6];
+    memset(dst, 0x7e, sizeof dst);
+    EXPECT_REFUSED(ember_tensor_read(q, dst, sizeof dst), EMBER_ERR_DTYPE_MISMATCH, "QFloat");
+    for (int i = 0; i < 6; i++)
+        CU_ASSERT(((unsigned char *)dst)[i] == 0x7e);
     snap_check(x, &sx);
+    snap_check(q, &sq);
     ember_tensor_free(x);
+    ember_tensor_free(q);
     ember_context_destroy(ctx);
 }
 
@@ -671,7 +683,7 @@ static CU_TestInfo quant_guards[] = {
     {"UE8M0 scales are not yet supported", test_ue8m0_scales},
     {"doesn't support native packing", test_native_packing},
     {"lookup quantization", test_lookup_mode},
-    {"Invalid dtype (expected DType::QFloat)", test_dequantize_float},
+    {"Invalid dtype (expected DType::QFloat): quantized/float mix-up", test_dequantize_float},
     CU_TEST_INFO_NULL,
 };
 
