@@ -5,6 +5,7 @@
  * CPU backend's vtable that differs where the guards look:
  *   - kind EMBER_BACKEND_OPENCL, name "mock", two devices (opencl:0 and opencl:1);
  *   - it cannot hold F16 or BF16 (as an OpenCL device without cl_khr_fp16): DTYPE_TRANSFER;
+ *   - it cannot hold E5M2-quantized tensors (a scheme its kernels lack);
  *   - no host pointer, so moves go through download / upload (and a staging buffer between two
  *     mock devices), and it counts sync() and download() calls per device;
  *   - download can be made to fail (mock.fail_download) like a failed OpenCL read.
@@ -35,7 +36,8 @@ static inline int mock_device_count(void *state) {
 static inline int mock_holds(void *state, int dev, ember_dtype dt, const ember_qscheme *s) {
     (void)state;
     (void)dev;
-    (void)s;
+    if (dt == EMBER_QFLOAT && s && s->value == EMBER_E5M2)
+        return 0;
     return (unsigned)dt < EMBER_DTYPE_COUNT && dt != EMBER_F16 && dt != EMBER_BF16;
 }
 

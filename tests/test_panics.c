@@ -647,6 +647,113 @@ static void test_dequantize_float(void) {
     ember_context_destroy(ctx);
 }
 
+/* burn-ndarray ops/qtensor.rs:169: "Quantization not supported for scheme {scheme:?}" -- a device
+ * whose kernels lack the scheme (the mock holds no E5M2). Moving such a tensor there with
+ * ember_requantize_to_device is refused before any work, as a transfer of a dtype the
+ * destination cannot hold. */
+static void test_scheme_not_supported_on_device(void) {
+    ember_context *ctx = mock_context();
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_E5M2, EMBER_QSTORE_NATIVE);
+    ember_tensor *xm = mk_f32(ctx, MOCK0, 2, S44, &rng);
+    ember_tensor *qc = mk_q(ctx, TU_CPU, &s, 2, S44, &rng);
+    snap sx, sq;
+    snap_take(xm, &sx);
+    snap_take(qc, &sq);
+    ember_tensor *out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize(xm, &s, &out), EMBER_ERR_UNSUPPORTED_SCHEME,
+                   "Quantization not supported for scheme E5M2");
+    CU_ASSERT_PTR_NULL(out);
+    out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_requantize_to_device(qc, MOCK0, &out), EMBER_ERR_DTYPE_TRANSFER,
+                   "Local transfer of QFloat(E5M2, Native) tensors is not supported yet");
+    CU_ASSERT_PTR_NULL(out);
+    snap_check(xm, &sx);
+    snap_check(qc, &sq);
+    ember_tensor_free(xm);
+    ember_tensor_free(qc);
+    ember_context_destroy(ctx);
+}
+
+/* burn-std quantization.rs:323-326: "Packing must be on innermost dimension for splitting off
+ * values" (assert_eq) and burn-cubecl ops/qtensor.rs:88 "Can't store in u32". */
+static void test_packing_dim(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_tensor *x = mk_f32(ctx, TU_CPU, 2, S44, &rng);
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    s.packing_dim = 1;
+    ember_tensor *out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize(x, &s, &out), EMBER_ERR_PACKED_SHAPE,
+                   "packing must be on the innermost dimension");
+    CU_ASSERT_PTR_NULL(out);
+    ember_tensor_free(x);
+    ember_context_destroy(ctx);
+}
+
+/* burn-std quantization.rs:254-258 and burn-backend quantization/scheme.rs:115: the two-level
+ * scheme's rules. */
+static void test_two_level_rules(void) {
+    ember_context *ctx = tu_cpu_context();
+    const int64_t s8[1] = {16}, blk[1] = {4};
+    ember_tensor *x = mk_f32(ctx, TU_CPU, 1, s8, &rng);
+    ember_qscheme a = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, blk);
+    a.block_scale = EMBER_SCALE_UE4M3;
+    a.tensor_level = 1;
+    a.tensor_scale = EMBER_SCALE_F16;
+    ember_tensor *out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize(x, &a, &out), EMBER_ERR_UNSUPPORTED_SCHEME,
+                   "a two-level scheme stores its per-tensor scale as f32, got F16");
+    CU_ASSERT_PTR_NULL(out);
+    a.tensor_scale = EMBER_SCALE_F32;
+    a.block_scale = EMBER_SCALE_F32;
+    out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize(x, &a, &out), EMBER_ERR_UNSUPPORTED_SCHEME,
+                   "block scales in F32 reach f32's range, which a per-tensor scale cannot absorb");
+    CU_ASSERT_PTR_NULL(out);
+    ember_tensor_free(x);
+    ember_context_destroy(ctx);
+}
+
+/* burn-std quantization.rs:227-232: "{} quantized values do not fill a tensor of shape {shape:?}"
+ * -- ember's from_bytes checks the length exactly. */
+static void test_bytes_do_not_fill(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_qscheme s = q8s();
+    unsigned char bytes[64] = {0};
+    ember_tensor *out = OUT_SENTINEL;
+    /* [2,3] Q8S needs 6 values + 4 bytes of scale */
+    EXPECT_REFUSED(ember_qtensor_from_bytes(ctx, TU_CPU, &s, 2, S23, bytes, 9, &out),
+                   EMBER_ERR_SHAPE_MISMATCH, "expected 10 bytes");
+    CU_ASSERT_PTR_NULL(out);
+    TU_OK(ember_qtensor_from_bytes(ctx, TU_CPU, &s, 2, S23, bytes, 10, &out));
+    ember_tensor_free(out);
+    ember_context_destroy(ctx);
+}
+
+/* burn-ndarray ops/quantization.rs:54-59: "Invalid per-block quantization: {num_blocks} blocks for
+ * a {shape:?} tensor with {block_size:?} blocks" -- static scales that are not the block grid. */
+static void test_invalid_per_block_scales(void) {
+    ember_context *ctx = tu_cpu_context();
+    const int64_t blk[1] = {2}, wrong[2] = {4, 3};
+    ember_qscheme s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk);
+    ember_tensor *x = mk_f32(ctx, TU_CPU, 2, S44, &rng), *sc = NULL;
+    float ones[12];
+    for (int i = 0; i < 12; i++)
+        ones[i] = 1.0f;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, wrong, ones, &sc));
+    snap sx, ss;
+    snap_take(x, &sx);
+    snap_take(sc, &ss);
+    ember_tensor *out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize_static(x, &s, sc, &out), EMBER_ERR_BLOCK_SHAPE,
+                   "Invalid per-block quantization: 12 blocks for a [4, 4] tensor");
+    CU_ASSERT_PTR_NULL(out);
+    snap_check(x, &sx);
+    snap_check(sc, &ss);
+    ember_tensor_free(x);
+    ember_tensor_free(sc);
+    ember_context_destroy(ctx);
+}
+
 static CU_TestInfo headline[] = {
     {"q_matmul inputs are on different backends", test_q_matmul_different_backends},
     {"Local transfer of quantized tensors", test_quant_transfer},
@@ -684,6 +791,11 @@ static CU_TestInfo quant_guards[] = {
     {"doesn't support native packing", test_native_packing},
     {"lookup quantization", test_lookup_mode},
     {"Invalid dtype (expected DType::QFloat): quantized/float mix-up", test_dequantize_float},
+    {"Quantization not supported for scheme (device)", test_scheme_not_supported_on_device},
+    {"Packing must be on innermost dimension / Can't store in u32", test_packing_dim},
+    {"two-level scheme rules", test_two_level_rules},
+    {"quantized values do not fill a tensor", test_bytes_do_not_fill},
+    {"Invalid per-block quantization", test_invalid_per_block_scales},
     CU_TEST_INFO_NULL,
 };
 
