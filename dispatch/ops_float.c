@@ -263,7 +263,7 @@ static ember_status check_bias(const ember_tensor *x, const ember_tensor *w,
 /* A quantized operand: q_matmul, then + bias (burn's tensor API, spec §3.1). */
 static ember_status linear_quantized(const ember_tensor *x, const ember_tensor *w,
                                      const ember_tensor *bias, ember_tensor **out) {
-    EMBER_TRY(ember__check_same_device("linear", x, w));
+    EMBER_TRY(ember_check_q_matmul(x, w)); /* q_matmul's own guards and text, before the bias */
     if (bias) {
         const ember_tensor *fl = x->dtype != EMBER_QFLOAT ? x : w;
         ember_dtype dt = fl->dtype != EMBER_QFLOAT ? fl->dtype : EMBER_F32;
