@@ -14,31 +14,6 @@
 
 static int is_float(ember_dtype dt) { return dt == EMBER_F32 || dt == EMBER_F16 || dt == EMBER_BF16; }
 
-static const char *autodiff_name(ember_autodiff a) {
-    switch (a) {
-    case EMBER_AUTODIFF_DISABLED:
-        return "Disabled";
-    case EMBER_AUTODIFF_BALANCED:
-        return "Balanced";
-    case EMBER_AUTODIFF_NO_CHECKPOINTING:
-        return "NoCheckpointing";
-    default:
-        return "unknown";
-    }
-}
-
-/* burn's validate_checkpointing: the output's autodiff context from the inputs' (spec §1.2). */
-static ember_status merge_autodiff(const char *op, ember_autodiff a, ember_autodiff b,
-                                  ember_autodiff *out) {
-    if (a != EMBER_AUTODIFF_DISABLED && b != EMBER_AUTODIFF_DISABLED && a != b)
-        EMBER_FAIL(EMBER_ERR_CHECKPOINT_MISMATCH,
-                   "%s: Gradient checkpointing strategy mismatch: %s vs %s. Tensors in the same "
-                   "operation must share a strategy.",
-                   op, autodiff_name(a), autodiff_name(b));
-    *out = a != EMBER_AUTODIFF_DISABLED ? a : b;
-    return EMBER_OK;
-}
-
 /* A float operand: not quantized (QUANT_UNSUPPORTED unless the op routes quantized operands
  * itself), not an integer dtype (DTYPE_MISMATCH). */
 static ember_status check_float(const char *op, const char *what, const ember_tensor *t) {
@@ -216,7 +191,7 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     EMBER_TRY(check_float("matmul", "rhs", b));
     EMBER_TRY(check_same_dtype("matmul", a, "lhs", b, "rhs"));
     ember_autodiff ad;
-    EMBER_TRY(merge_autodiff("matmul", a->autodiff, b->autodiff, &ad));
+    EMBER_TRY(ember__autodiff_merge("matmul", a->autodiff, b->autodiff, &ad));
 
     ember__matmul_plan p;
     EMBER_TRY(ember__matmul_plan_make("matmul", a, b, &p));
@@ -301,9 +276,9 @@ ember_status ember_linear(const ember_tensor *x, const ember_tensor *w, const em
                    ember__shape_str(w->rank, w->shape, s2, sizeof s2));
     EMBER_TRY(check_bias(x, w, bias, x->dtype));
     ember_autodiff ad;
-    EMBER_TRY(merge_autodiff("linear", x->autodiff, w->autodiff, &ad));
+    EMBER_TRY(ember__autodiff_merge("linear", x->autodiff, w->autodiff, &ad));
     if (bias)
-        EMBER_TRY(merge_autodiff("linear", ad, bias->autodiff, &ad));
+        EMBER_TRY(ember__autodiff_merge("linear", ad, bias->autodiff, &ad));
 
     const int64_t d_in = w->shape[0], d_out = w->shape[1];
     int64_t yshape[EMBER_MAX_RANK];
@@ -355,7 +330,7 @@ static ember_status binary(const char *op, ember__binop kind, const ember_tensor
     EMBER_TRY(check_float(op, "rhs", b));
     EMBER_TRY(check_same_dtype(op, a, "lhs", b, "rhs"));
     ember_autodiff ad;
-    EMBER_TRY(merge_autodiff(op, a->autodiff, b->autodiff, &ad));
+    EMBER_TRY(ember__autodiff_merge(op, a->autodiff, b->autodiff, &ad));
     ember__bcast bc;
     EMBER_TRY(bcast_make(op, a, b, &bc));
     {
