@@ -203,6 +203,15 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     if (st == EMBER_OK) {
         ember__gemm g = {.m = p.m, .n = p.n, .k = p.k, .batch = p.batch, .a_off = p.a_off,
                          .b_off = p.b_off, .alpha = 1.0f, .beta = 0.0f};
+        /* One rhs for every batch (x[..., m, k] @ W[k, n]) over a dense lhs: the batch folds
+         * into the rows of one GEMM (burn's MergeBatches), far faster than many small ones. */
+        int fold = p.batch > 1;
+        for (int64_t i = 0; fold && i < p.batch; i++)
+            fold = p.b_off[i] == p.b_off[0] && p.a_off[i] == i * p.m * p.k;
+        if (fold) {
+            g.m = p.m * p.batch;
+            g.batch = 1;
+        }
         st = run_gemm(&g, fa, fb, p.rank, p.out_shape, &y);
     }
     drop3(oa, ob, NULL);
