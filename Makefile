@@ -62,9 +62,11 @@ bench: build
 	  else "$$b" || exit 1; fi; \
 	done
 
-# Any sanitizer report fails, even one that would not change a test's exit status.
+# Any sanitizer report fails, even one that would not change a test's exit status. Warnings are
+# gated by `make test` (-Werror); here they are shown but not fatal, because the sanitizers'
+# instrumentation makes GCC report -Wconversion false positives in code that is clean without it.
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined \
+	cmake -S . -B $(ASAN_BUILD) -DEMBER_WERROR=OFF -DEMBER_SANITIZE=address,undefined \
 	  $(ASAN_CFLAGS) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -V -j$(JOBS) \
