@@ -154,3 +154,24 @@ quant("zeros", per_tensor(Q8S, NATIVE), [4], flags=1, vals=[0, 0, 0, 0])
 quant("nan", per_tensor(Q8S, NATIVE), [2], vals=None)
 out("quantize", "nan_raw", per_tensor(Q8S, NATIVE) + [0, 0, 2, 0, 0, 7, 3])
 quant("ue8m0", per_block(Q8S, NATIVE, [4], two_level=UE8M0), [1, 8])
+
+# ---- dispatch: steps; op 0 = make (kind, shape, device, autodiff); others (op, a, b, extra) ----
+def mk(kind, shape, dev, ad=0):
+    return [0, kind, shape, dev, ad]
+
+F32K, BF16K, I64K = 0, 2, 3
+def QK(scheme):  # quantized: kind 4, scheme index in the bits above 3
+    return 4 + 8 * scheme
+
+prog = {
+    "to_device": mk(F32K, 0, 0) + mk(QK(0), 0, 1) + [1, 0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 2],
+    "qmatmul_apart": mk(F32K, 0, 0) + mk(QK(0), 1, 1) + mk(QK(0), 1, 0) + [2, 0, 1, 2, 0, 2, 3, 0, 1],
+    "devices": mk(F32K, 0, 1) + mk(F32K, 1, 2) + [3, 0, 1, 4, 0, 1, 2, 0, 1],
+    "backend_deq": mk(QK(2), 1, 1) + [5, 0, 0, 0, 5, 0, 0, 1, 5, 0, 0, 2, 6, 0, 0],
+    "read_many": mk(F32K, 0, 0) + mk(QK(1), 1, 0) + [7, 0, 1, 7, 0, 0],
+    "autodiff": mk(F32K, 0, 0, 1) + mk(F32K, 1, 0, 2) + mk(QK(0), 1, 0) + [3, 0, 1, 8, 2, 2, 1, 9, 1, 0, 1, 0, 0, 1],
+    "quantize": mk(F32K, 1, 1) + mk(BF16K, 1, 0) + [10, 0, 0, 3, 10, 1, 1, 2, 11, 2, 2, 1, 11, 3, 3, 0],
+    "i64": mk(I64K, 0, 0) + mk(F32K, 1, 0) + [3, 0, 1, 8, 0, 0, 1, 1, 0, 0, 1],
+}
+for k, v in prog.items():
+    out("dispatch", k, v)
