@@ -6,7 +6,8 @@
  * Every result is compared with the one computed single-threaded before the threads start:
  * exactly for the integer q_matmul arm, quantize's bytes and moved data, to a tolerance for the
  * float arms. Each thread also provokes a guard failure now and then and checks that
- * ember_last_error() holds its own detail (the error slot is per thread). Shared quantized weights
+ * ember_last_error() holds its own detail (the error slot is per thread), and makes and destroys
+ * a private context while the others work on the shared one. Shared quantized weights
  * fill their pre-packed caches concurrently. At the end every tensor is freed and ember's
  * live-block count is back where it was.
  *
@@ -133,9 +134,9 @@ static void *run(void *arg) {
     uint64_t rng = (uint64_t)0x9E37 * (uint64_t)(w->id + 1);
     float y[M * N];
     const double end = now() + seconds;
-    for (long it = 0; w->warm ? it < 7L * ndev : now() < end; it++) {
-        int d = w->warm ? (int)(it / 7) : (int)(tu_next(&rng) % (uint64_t)ndev);
-        int what = w->warm ? (int)(it % 7) : (int)(tu_next(&rng) % 7);
+    for (long it = 0; w->warm ? it < 8L * ndev : now() < end; it++) {
+        int d = w->warm ? (int)(it / 8) : (int)(tu_next(&rng) % (uint64_t)ndev);
+        int what = w->warm ? (int)(it % 8) : (int)(tu_next(&rng) % 8);
         ember_tensor *t = NULL, *u = NULL;
         switch (what) {
         case 0: /* (Q,Q) integer arm on shared operands: exact */
@@ -195,6 +196,21 @@ static void *run(void *arg) {
                 BAD(w, "thread %d sees another thread's error: %s", w->id, ember_last_error());
             if (ndev > 1 && ember_q_matmul(XQ[0], W[1], &t) != EMBER_ERR_BACKEND_MISMATCH)
                 BAD(w, "backend guard");
+            break;
+        }
+        case 6: { /* a context of this thread's own, made and destroyed while others work */
+            ember_options o = ember_options_default();
+            o.enable_opencl = 0;
+            o.num_threads = 1;
+            ember_context *c = NULL;
+            const int64_t s[] = {2};
+            const float v[2] = {1, 2};
+            ember_tensor *z = NULL;
+            if (ember_context_create(&o, &c) ||
+                ember_tensor_from_data(c, TU_CPU, EMBER_F32, 1, s, v, &z))
+                BAD(w, "private context: %s", ember_last_error());
+            ember_tensor_free(z);
+            ember_context_destroy(c);
             break;
         }
         default: { /* create and free many small tensors on either device */
