@@ -34,6 +34,12 @@ static void v_amax_blocks(const float *x, size_t len, size_t bl, uint32_t *m) {
         m[0] = 0;
 }
 
+/* At -O0 the roundscale intrinsic is a macro whose internal casts trip -Wsign-conversion. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
 static inline __m512i quant16(__m512 v, __m512 ve, __m512 vlo, __m512 vhi) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
@@ -47,6 +53,9 @@ static inline __m512i quant16(__m512 v, __m512 ve, __m512 vlo, __m512 vhi) {
     t = _mm512_min_ps(t, vhi);
     return _mm512_cvttps_epi32(t);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 static void v_quant_int_blocks(const float *x, size_t len, size_t bl, const float *e, float lo,
                                float hi, int8_t *q) {
