@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../dispatch/nn.h"
 #include "cpu_backend.h"
 #include "cpu_quant.h"
 
@@ -106,6 +107,7 @@ const ember_backend_ops ember__cpu_ops = {
     .name = "cpu",
     .kind = EMBER_BACKEND_CPU,
     .api_version = EMBER__BACKEND_API_VERSION,
+    .nn = &ember__cpu_nn_ops, /* backends/cpu/cpu_nn.c */
     .init = cpu_init,
     .shutdown = cpu_shutdown,
     .device_count = cpu_device_count,
