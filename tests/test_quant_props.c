@@ -359,6 +359,46 @@ static void test_kernels_direct(void) {
     }
 }
 
+/* Near-ties: x within a few ulps of (k + 0.5) * e, for scales across the f32 range (tiny,
+ * subnormal and huge ones included): the vector tier's reciprocal fast path must round exactly as
+ * the division does. */
+static void test_near_ties(void) {
+    const ember__cpu_qkern *best = ember__cpu_qkern_select(ember__cpu_state_of(ctx));
+    const ember__cpu_qkern *sc = &ember__cpu_qkern_scalar;
+    enum { N = 4096 };
+    static float x[N];
+    static int8_t q1[N], q2[N];
+    const float los[] = {-127, -128, -7, -8, -1, -2}, his[] = {127, 127, 7, 7, 1, 1};
+    long mismatches = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        float e;
+        uint64_t pick = tu_next(&rng) % 8;
+        if (pick == 0)
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f, -130 + (int)(tu_next(&rng) % 10));
+        else if (pick == 1)
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f, 120 + (int)(tu_next(&rng) % 7));
+        else
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 100000) / 100000.0f,
+                       (int)(tu_next(&rng) % 60) - 30);
+        for (int i = 0; i < N; i++) {
+            float k = (float)((int)(tu_next(&rng) % 1100) - 550) + 0.5f;
+            float v = k * e;
+            int steps = (int)(tu_next(&rng) % 9) - 4;
+            for (int j = 0; j < steps; j++)
+                v = nextafterf(v, INFINITY);
+            for (int j = 0; j > steps; j--)
+                v = nextafterf(v, -INFINITY);
+            x[i] = isfinite(v) ? v : 0.0f;
+        }
+        const int r = rep % 6;
+        best->quant_int_blocks(x, N, 0, &e, los[r], his[r], q1);
+        sc->quant_int_blocks(x, N, 0, &e, los[r], his[r], q2);
+        for (int i = 0; i < N; i++)
+            mismatches += q1[i] != q2[i];
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+}
+
 /* F16 / BF16 input converts to F32 first; F16 / BF16 output rounds the f32 result. */
 static void test_half_io(void) {
     const int64_t shape[] = {4, 40};
@@ -459,6 +499,7 @@ static CU_TestInfo prop_tests[] = {
     {"static scales, partial edge blocks", test_static_partial_blocks},
     {"from_bytes o to_bytes on random bytes", test_random_bytes_identity},
     {"vector and scalar kernels agree", test_kernels_direct},
+    {"near-ties: vector fast path == division", test_near_ties},
     {"F16 / BF16 in and out", test_half_io},
     {"producer and backend_dequantize", test_producer},
     {"empty tensors", test_empty},

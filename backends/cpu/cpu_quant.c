@@ -89,7 +89,8 @@ const ember__cpu_qkern *ember__cpu_qkern_select(const ember__cpu_state *s) {
         return &ember__cpu_qkern_scalar;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (ember__cpu_qkern_avx512.amax_blocks && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
         return &ember__cpu_qkern_avx512;
 #endif
     return &ember__cpu_qkern_scalar;

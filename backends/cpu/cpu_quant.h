@@ -29,7 +29,7 @@ typedef struct ember__cpu_qkern {
 } ember__cpu_qkern;
 
 extern const ember__cpu_qkern ember__cpu_qkern_scalar;
-/* The AVX-512 tier (cpu_quant_avx512.c); use only when the CPU has AVX-512 F and BW. */
+/* The AVX-512 tier (cpu_quant_avx512.c); use only when the CPU has AVX-512 F, BW, DQ and VL. */
 extern const ember__cpu_qkern ember__cpu_qkern_avx512;
 
 /* The tier the CPU backend uses for this state: avx512 when the CPU has it and neither the
