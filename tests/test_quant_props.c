@@ -360,8 +360,7 @@ static void test_kernels_direct(void) {
 }
 
 /* Near-ties: x within a few ulps of (k + 0.5) * e, for scales across the f32 range (tiny,
- * subnormal and huge ones included): the vector tier's reciprocal fast path must round exactly as
- * the division does. */
+ * subnormal and huge ones included): the vector tier must round exactly as the scalar division. */
 static void test_near_ties(void) {
     const ember__cpu_qkern *best = ember__cpu_qkern_select(ember__cpu_state_of(ctx));
     const ember__cpu_qkern *sc = &ember__cpu_qkern_scalar;
@@ -397,6 +396,52 @@ static void test_near_ties(void) {
             mismatches += q1[i] != q2[i];
     }
     CU_ASSERT_EQUAL(mismatches, 0);
+}
+
+/* Any thread count splits the work into the same bytes; cpu_max_isa "scalar" selects the scalar
+ * tier. */
+static void test_threads_and_isa_cap(void) {
+    const int nts[] = {1, 3, 7};
+    const int64_t big[] = {3, 70016}, rect_shape[] = {6, 4, 96}, b32[] = {32}, b2[] = {2, 2, 16};
+    enum { NBIG = 3 * 70016 };
+    static float x[NBIG];
+    fill(x, NBIG);
+    ember_qscheme schemes[3] = {ember_qscheme_per_tensor(EMBER_Q4F, EMBER_QSTORE_PACKED_U32),
+                                ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b32),
+                                ember_qscheme_per_block(EMBER_Q2S, EMBER_QSTORE_PACKED_U32, 3, b2)};
+    const int64_t *shapes[3] = {big, big, rect_shape};
+    const int ranks[3] = {2, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        ember__qlayout L;
+        CU_ASSERT_EQUAL_FATAL(ember__qlayout_compute(&schemes[k], ranks[k], shapes[k], &L),
+                              EMBER_OK);
+        uint8_t *ref = malloc(L.total_bytes), *got = malloc(L.total_bytes);
+        CU_ASSERT_FATAL(ref && got);
+        CU_ASSERT_EQUAL(ember__qref_quantize(&schemes[k], &L, ranks[k], shapes[k], x, NULL, ref),
+                        EMBER_OK);
+        for (int t = 0; t < 3; t++) {
+            ember_options o = ember_options_default();
+            o.enable_opencl = 0;
+            o.num_threads = nts[t];
+            o.cpu_max_isa = t == 2 ? "scalar" : NULL;
+            ember_context *c2 = NULL;
+            TU_OK(ember_context_create(&o, &c2));
+            if (t == 2)
+                CU_ASSERT_STRING_EQUAL(ember__cpu_qkern_select(ember__cpu_state_of(c2))->name,
+                                       "scalar");
+            ember_tensor *xt = NULL, *q = NULL;
+            TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, ranks[k], shapes[k], x, &xt));
+            TU_OK(ember_quantize(xt, &schemes[k], &q));
+            size_t len = 0;
+            TU_OK(ember_qtensor_to_bytes(q, got, L.total_bytes, &len));
+            CU_ASSERT_EQUAL(memcmp(got, ref, L.total_bytes), 0);
+            ember_tensor_free(q);
+            ember_tensor_free(xt);
+            ember_context_destroy(c2);
+        }
+        free(ref);
+        free(got);
+    }
 }
 
 /* F16 / BF16 input converts to F32 first; F16 / BF16 output rounds the f32 result. */
@@ -499,7 +544,8 @@ static CU_TestInfo prop_tests[] = {
     {"static scales, partial edge blocks", test_static_partial_blocks},
     {"from_bytes o to_bytes on random bytes", test_random_bytes_identity},
     {"vector and scalar kernels agree", test_kernels_direct},
-    {"near-ties: vector fast path == division", test_near_ties},
+    {"near-ties: vector == division", test_near_ties},
+    {"thread counts and cpu_max_isa", test_threads_and_isa_cap},
     {"F16 / BF16 in and out", test_half_io},
     {"producer and backend_dequantize", test_producer},
     {"empty tensors", test_empty},
