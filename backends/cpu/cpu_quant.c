@@ -4,7 +4,7 @@
  *
  * Work split: the tensor is viewed as R rows of Lc values (the last axis). Tiles of about 64K
  * values (whole rows, or column ranges of one row aligned to lcm(block, 64)) are the tasks of
- * ember__cpu_parallel_for; a tile is walked in sub-chunks of about 4096 values, each starting on
+ * ember__cpu_parallel_for; a tile is walked in sub-chunks of about 2048 values, each starting on
  * a block boundary and a packed-word boundary.
  *
  * Dynamic quantization, in passes:
@@ -21,9 +21,11 @@
 #include "cpu_quant.h"
 
 #define TILE_TARGET ((size_t)1 << 16) /* values per task */
-#define SUB_TARGET ((size_t)4096)     /* values per sub-chunk */
-#define MAX_SUB ((size_t)16384)       /* lcm(255, 64) = 16320 fits */
-#define MAX_SUB_BLOCKS 4096           /* sub-chunk / block length, at most */
+/* Per-task scratch lives on the stack (about 32 KiB): the calling thread takes part in
+ * ember__cpu_parallel_for, so keep it modest. */
+#define SUB_TARGET ((size_t)2048)     /* values per sub-chunk */
+#define MAX_SUB ((size_t)16384)       /* a sub-chunk is at most lcm(255, 64) = 16320 values */
+#define MAX_SUB_BLOCKS 2048           /* blocks per sub-chunk, at most (SUB_TARGET / 1) */
 #define NONFINITE_BITS 0x7f800000u
 
 /* ---- scalar tier ---- */
