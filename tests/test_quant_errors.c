@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 static ember_context *ctx;
-static ember_tensor *x;     /* [2, 5] F32 */
+static ember_tensor *x; /* [2, 5] F32 */
 static float xdata[10] = {1, -2, 3, -4, 5, 0.5f, -0.25f, 0.125f, 7, -8};
 static const int64_t xshape[] = {2, 5};
 
@@ -132,8 +132,9 @@ static void test_block_shape(void) {
     const int64_t bad_shape[] = {4}, good_shape[] = {2, 2};
     ember_tensor *scales = NULL, *out = (ember_tensor *)(uintptr_t)1;
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 1, bad_shape, sc, &scales));
-    TU_ASSERT_STATUS(ember_quantize_static(x, &s, scales, &out), EMBER_ERR_BLOCK_SHAPE,
-                     "Invalid per-block quantization: 4 blocks for a [2, 5] tensor with [4] blocks");
+    TU_ASSERT_STATUS(
+        ember_quantize_static(x, &s, scales, &out), EMBER_ERR_BLOCK_SHAPE,
+        "Invalid per-block quantization: 4 blocks for a [2, 5] tensor with [4] blocks");
     CU_ASSERT_PTR_NULL(out);
     ember_tensor_free(scales);
     /* with the right grid the partial edge block gets its own scale */
@@ -270,8 +271,8 @@ static void test_bytes_errors(void) {
                      EMBER_ERR_BACKEND_UNAVAILABLE, "no device cpu:3");
     CU_ASSERT_PTR_NULL(q);
     q = (ember_tensor *)(uintptr_t)1;
-    TU_ASSERT_STATUS(ember_qtensor_from_bytes(NULL, TU_CPU, &s, 1, sh, b, 8, &q),
-                     EMBER_ERR_MISUSE, "context is NULL");
+    TU_ASSERT_STATUS(ember_qtensor_from_bytes(NULL, TU_CPU, &s, 1, sh, b, 8, &q), EMBER_ERR_MISUSE,
+                     "context is NULL");
     CU_ASSERT_PTR_NULL(q);
 
     /* to_bytes: dst NULL gives the size; cap too small refuses and says the size */
@@ -297,8 +298,7 @@ static void test_bytes_errors(void) {
                      "dst holds 3 values, the tensor has 4");
     TU_ASSERT_STATUS(ember_qtensor_scales(q, f, 0), EMBER_ERR_INVALID_ARGUMENT,
                      "dst holds 0 scales, the tensor has 1");
-    TU_ASSERT_STATUS(ember_qtensor_global_scale(q, f), EMBER_ERR_INVALID_ARGUMENT,
-                     "not two-level");
+    TU_ASSERT_STATUS(ember_qtensor_global_scale(q, f), EMBER_ERR_INVALID_ARGUMENT, "not two-level");
     TU_ASSERT_STATUS(ember_tensor_read(q, f, sizeof f), EMBER_ERR_DTYPE_MISMATCH, "QFloat");
     ember_tensor_free(q);
 }
@@ -366,8 +366,7 @@ static void test_misuse_and_dtypes(void) {
     ember_tensor *sco = NULL;
     TU_OK(ember_tensor_from_data(other, TU_CPU, EMBER_F32, 1, &one, &f1, &sco));
     out = (ember_tensor *)(uintptr_t)1;
-    TU_ASSERT_STATUS(ember_quantize_static(x, &s, sco, &out), EMBER_ERR_MISUSE,
-                     "another context");
+    TU_ASSERT_STATUS(ember_quantize_static(x, &s, sco, &out), EMBER_ERR_MISUSE, "another context");
     CU_ASSERT_PTR_NULL(out);
     out = (ember_tensor *)(uintptr_t)1;
     TU_ASSERT_STATUS(ember_backend_dequantize(other, TU_CPU, q, &out), EMBER_ERR_MISUSE,

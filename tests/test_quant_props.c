@@ -99,8 +99,8 @@ static void fill(float *x, size_t n) {
 
 static int failures;
 
-static void report(const char *what, ember_qvalue v, ember_qstore st, const level *lv,
-                   int rank, const int64_t *shape) {
+static void report(const char *what, ember_qvalue v, ember_qstore st, const level *lv, int rank,
+                   const int64_t *shape) {
     char sb[64];
     if (failures++ < 20)
         fprintf(stderr, "  FAIL %s: %s/%s %s shape %s\n", what, ember_qvalue_name(v),
@@ -163,8 +163,8 @@ static void check_combo(ember_qvalue v, ember_qstore st, const level *lv, int ra
             const int64_t one = 1;
             ember_tensor *sct = NULL, *q3 = NULL;
             if (lv->block_rank)
-                TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, L.grid_rank, L.grid, eff,
-                                             &sct));
+                TU_OK(
+                    ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, L.grid_rank, L.grid, eff, &sct));
             else
                 TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 1, &one, eff, &sct));
             TU_OK(ember_quantize_static(dt, &s, sct, &q3));
@@ -337,9 +337,9 @@ static void test_kernels_direct(void) {
         CU_ASSERT_EQUAL(memcmp(o1, o2, len * sizeof o1[0]), 0);
         const ember_qvalue vs[] = {EMBER_Q4S, EMBER_Q2F, EMBER_E2M1, EMBER_Q8F};
         for (int k = 0; k < 4; k++) {
-            ember_qscheme s = ember_qscheme_per_tensor(
-                vs[k], vs[k] == EMBER_E2M1 && rep % 2 ? EMBER_QSTORE_PACKED_NATIVE
-                                                      : EMBER_QSTORE_PACKED_U32);
+            ember_qscheme s = ember_qscheme_per_tensor(vs[k], vs[k] == EMBER_E2M1 && rep % 2
+                                                                  ? EMBER_QSTORE_PACKED_NATIVE
+                                                                  : EMBER_QSTORE_PACKED_U32);
             uint8_t codes[N], p1[N + 8], p2[N + 8], u1[N], u2[N];
             const ember__qvalue_info *vi = ember__qvalue_get_info(vs[k]);
             for (size_t i = 0; i < len; i++) {
@@ -373,9 +373,11 @@ static void test_near_ties(void) {
         float e;
         uint64_t pick = tu_next(&rng) % 8;
         if (pick == 0)
-            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f, -130 + (int)(tu_next(&rng) % 10));
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f,
+                       -130 + (int)(tu_next(&rng) % 10));
         else if (pick == 1)
-            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f, 120 + (int)(tu_next(&rng) % 7));
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f,
+                       120 + (int)(tu_next(&rng) % 7));
         else
             e = ldexpf(1.0f + (float)(tu_next(&rng) % 100000) / 100000.0f,
                        (int)(tu_next(&rng) % 60) - 30);

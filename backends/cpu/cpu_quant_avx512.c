@@ -1,5 +1,5 @@
-/* backends/cpu/cpu_quant_avx512.c: the AVX-512 (F, BW, DQ, VL) tier of the CPU quantize / dequantize
- * kernels. Same bytes as the scalar tier:
+/* backends/cpu/cpu_quant_avx512.c: the AVX-512 (F, BW, DQ, VL) tier of the CPU quantize /
+ * dequantize kernels. Same bytes as the scalar tier:
  *   - x / e is _mm512_div_ps (IEEE division, as the scalar x / e; a reciprocal multiply with a
  *     fix-up near ties was tried and measured no faster here: the division is not the limit);
  *   - roundf is rebuilt exactly: t = trunc(d); if |d - t| >= 0.5 then t += copysign(1, d)
@@ -28,7 +28,8 @@ static void v_amax_blocks(const float *x, size_t len, size_t bl, uint32_t *m) {
             acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(x + p), absmask));
         if (p < end)
             acc = _mm512_max_epu32(
-                acc, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask(end - p), x + p), absmask));
+                acc,
+                _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask(end - p), x + p), absmask));
         m[k] = _mm512_reduce_max_epu32(acc);
     }
     if (len == 0)
@@ -168,11 +169,12 @@ static void v_unpack(const ember_qscheme *s, const uint8_t *src, size_t n, uint8
         for (; i + 64 <= n; i += 64) {
             __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 4)));
             __m512i c = _mm512_and_si512(b, _mm512_set1_epi32(0x3));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 6), _mm512_set1_epi32(0x300)));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 12),
-                                                    _mm512_set1_epi32(0x30000)));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 18),
-                                                    _mm512_set1_epi32(0x3000000)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 6), _mm512_set1_epi32(0x300)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 12), _mm512_set1_epi32(0x30000)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 18), _mm512_set1_epi32(0x3000000)));
             c = _mm512_sub_epi8(_mm512_xor_si512(c, sx), sx);
             _mm512_storeu_si512(codes + i, c);
         }
