@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "cpu_backend.h"
+#include "qgemm.h"
 
 static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void **state) {
     ember__cpu_state *s = ember__calloc(1, sizeof *s);
@@ -12,12 +13,20 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
     snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
-    snprintf(s->int8_path, sizeof s->int8_path, "cpu.scalar");
+    ember_status st = ember__cpu_pool_start(s);
+    if (st != EMBER_OK) {
+        ember__free(s);
+        return st;
+    }
+    snprintf(s->int8_path, sizeof s->int8_path, "cpu.%s", ember__qtier_name(ember__cpu_tier(s)));
     *state = s;
     return EMBER_OK;
 }
 
-static void cpu_shutdown(void *state) { ember__free(state); }
+static void cpu_shutdown(void *state) {
+    ember__cpu_pool_stop(state);
+    ember__free(state);
+}
 
 static int cpu_device_count(void *state) {
     (void)state;

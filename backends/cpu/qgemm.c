@@ -382,6 +382,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     /* Decode shapes are bound by reading B: AVX-512 VNNI streams it as fast and wastes no tile rows. */
     if (t == EMBER__QT_AMX && m <= 16)
         t = EMBER__QT_AVX512;
+    /* Short scale blocks along K need a scaled epilogue every block: from tiles (store, reload)
+     * that costs more than the tile products, in ZMM registers it does not. */
+    if (t == EMBER__QT_AMX && p->nch > 1 && p->kc < 256)
+        t = EMBER__QT_AVX512;
     const int nt = s ? s->num_threads : 1;
     /* AMX works on 32-row tiles; the vector tiers pad rows to 32 as well (cheap). */
     const int64_t mp = round_up(m, 32);

@@ -118,6 +118,19 @@ void ember__qblock_avx512(const ember__qjob *j, int64_t i0, int64_t i1, int64_t 
 void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread);
 
+/* The CPU backend's kernel state (backends/cpu/threadpool.c): the persistent pool of
+ * num_threads - 1 workers and the int8 tier, in s->kernels. start: EMBER_OK or OUT_OF_MEMORY
+ * (fewer workers than asked when pthread_create fails: still correct). stop joins and frees. */
+ember_status ember__cpu_pool_start(ember__cpu_state *s);
+void ember__cpu_pool_stop(ember__cpu_state *s);
+/* The tier chosen at init (scalar without kernel state). */
+ember__qtier ember__cpu_tier(const ember__cpu_state *s);
+
+/* Peak microbenchmarks (bench only): register-only loops; return the int8 ops done. Call the AMX
+ * one only where ember__qtier_available(EMBER__QT_AMX). */
+double ember__qpeak_amx(int64_t iters);
+double ember__qpeak_vnni(int64_t iters);
+
 /* Shared epilogue helper: the scale of B for chunk c, column j. */
 static inline float ember__qpack_scale(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)

@@ -176,3 +176,25 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     }
     _tile_release();
 }
+
+/* Register-only TDPBSSD loop for the peak microbenchmark: returns the int8 ops done (2 per MAC). */
+double ember__qpeak_amx(int64_t iters) {
+    static const int8_t zeros[1024] __attribute__((aligned(64))) = {0};
+    tile_config(64);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_release();
+    return (double)iters * 4.0 * 16 * 16 * 64 * 2;
+}

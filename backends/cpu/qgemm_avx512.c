@@ -128,3 +128,24 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             i += mr;
         }
 }
+
+/* Register-only VPDPBUSD zmm loop for the peak microbenchmark: returns the int8 ops done. */
+double ember__qpeak_vnni(int64_t iters) {
+    __m512i acc[12];
+    for (int r = 0; r < 12; r++)
+        acc[r] = _mm512_set1_epi32(r);
+    __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(2);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++)
+            acc[r] = _mm512_dpbusd_epi32(acc[r], x, y);
+        __asm__ volatile("" : "+v"(x));
+    }
+    int32_t out[16];
+    __m512i s = acc[0];
+    for (int r = 1; r < 12; r++)
+        s = _mm512_add_epi32(s, acc[r]);
+    _mm512_storeu_si512(out, s);
+    __asm__ volatile("" : : "r"(out[0]) : "memory");
+    return (double)iters * 12.0 * 64 * 2;
+}
