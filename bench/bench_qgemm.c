@@ -262,7 +262,10 @@ int main(int argc, char **argv) {
                 only_m = a, only_n = b, only_k = c;
         }
     }
-    void (*omp_set)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    void (*omp_set)(int) = NULL; /* oneDNN's OpenMP runtime, when loaded */
+    void *sym = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (sym)
+        memcpy(&omp_set, &sym, sizeof omp_set);
 #ifdef EMBER_BENCH_HAVE_DNNL
     dnnl_engine_create(&eng, dnnl_cpu, 0);
     dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
@@ -284,7 +287,7 @@ int main(int argc, char **argv) {
         while (fgets(line, sizeof line, f))
             if (!strncmp(line, "model name", 10)) {
                 char *c = strchr(line, ':');
-                snprintf(host, sizeof host, "%s", c ? c + 2 : line);
+                snprintf(host, sizeof host, "%.100s", c ? c + 2 : line);
                 host[strcspn(host, "\n")] = 0;
                 break;
             }

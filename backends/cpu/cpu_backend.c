@@ -133,4 +133,5 @@ const ember_backend_ops ember__cpu_ops = {
     .convert = ember__cpu_convert,
     .quantize = ember__cpu_quantize,
     .dequantize = ember__cpu_dequantize,
+    .q_matmul = ember__cpu_q_matmul, /* backends/cpu/cpu_qmatmul.c */
 };

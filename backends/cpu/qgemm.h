@@ -118,6 +118,10 @@ void ember__qblock_avx512(const ember__qjob *j, int64_t i0, int64_t i1, int64_t 
 void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread);
 
+/* The q_matmul vtable entry (cpu_qmatmul.c; contract in dispatch/backend.h). */
+ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                 const ember_tensor *b, ember_tensor *out);
+
 /* The CPU backend's kernel state (backends/cpu/threadpool.c): the persistent pool of
  * num_threads - 1 workers and the int8 tier, in s->kernels. start: EMBER_OK or OUT_OF_MEMORY
  * (fewer workers than asked when pthread_create fails: still correct). stop joins and frees. */
