@@ -8,6 +8,15 @@
 
 #define EMBER__INLINE static inline __attribute__((always_inline))
 
+/* lanes [0, nv) of 16 */
+EMBER__INLINE __mmask16 tail_mask(int64_t nv) {
+    if (nv >= 16)
+        return (__mmask16)0xffff;
+    if (nv <= 0)
+        return (__mmask16)0;
+    return (__mmask16)((1u << (unsigned)nv) - 1u);
+}
+
 EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
         return _mm512_cvtph_ps(
@@ -72,8 +81,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         if (jb->c32) {
             /* exact int32 out (single chunk) */
             const int64_t nv = p->n - j;
-            __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << (nv > 0 ? nv : 0)) - 1);
-            __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+            const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
 #pragma GCC unroll 6
             for (int r = 0; r < MR; r++) {
                 __m512i corr = _mm512_set1_epi32(p->bias * rs[r * nch + c]);
@@ -95,8 +103,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         }
     }
     const int64_t nv = p->n - j;
-    __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << (nv > 0 ? nv : 0)) - 1);
-    __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+    const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
         float *o = jb->c + (i + r) * jb->ldc + j;
