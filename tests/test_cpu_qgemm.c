@@ -184,6 +184,7 @@ static void test_epilogue(void) {
     check_epilogue(s, 3, 64, 384, 128, 4, 1); /* 4-bit, block 128 */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);  /* 4-bit, block 32 */
     check_epilogue(s, 1, 100, 64, 32, 4, 1);  /* decode row */
+    check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
     ember_context_destroy(ctx);
 }
 

@@ -32,7 +32,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     __m512 facc[6][2];
-    __m512i acc[6][2];
+    __m512i acc[6][2], acch[3][2];
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
         facc[r][0] = facc[r][1] = _mm512_setzero_ps();
@@ -41,13 +41,14 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++)
             acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+        for (int r = 0; r < 3; r++)
+            acch[r][0] = acch[r][1] = _mm512_setzero_si512();
         const int64_t k0 = c * kc, k1 = k0 + kc;
         if (p->bits == 8) {
-            const uint8_t *b0 = p->b + (j / 16) * (kp / 4) * 64;
-            const uint8_t *b1 = b0 + (kp / 4) * 64;
+            const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
             for (int64_t kk = k0; kk < k1; kk += 4) {
-                __m512i v0 = _mm512_load_si512(b0 + kk * 16);
-                __m512i v1 = _mm512_load_si512(b1 + kk * 16);
+                __m512i v0 = _mm512_load_si512(b0 + kk * 32);
+                __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
                     int32_t w;
@@ -58,11 +59,10 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 }
             }
         } else {
-            const uint8_t *b0 = p->b + (j / 16) * (kp / 8) * 64;
-            const uint8_t *b1 = b0 + (kp / 8) * 64;
+            const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             for (int64_t kk = k0; kk < k1; kk += 8) {
-                __m512i w0 = _mm512_load_si512(b0 + kk * 8);
-                __m512i w1 = _mm512_load_si512(b1 + kk * 8);
+                __m512i w0 = _mm512_load_si512(b0 + kk * 16);
+                __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
                 __m512i l0 = _mm512_and_si512(w0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
                 __m512i l1 = _mm512_and_si512(w1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
 #pragma GCC unroll 6
@@ -73,10 +73,21 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
                     acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], l0, y0);
                     acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], l1, y0);
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], h0, y1);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], h1, y1);
+                    if (MR <= 3) { /* decode rows: two chains per column half hide the latency */
+                        acch[r][0] = _mm512_dpbusd_epi32(acch[r][0], h0, y1);
+                        acch[r][1] = _mm512_dpbusd_epi32(acch[r][1], h1, y1);
+                    } else {
+                        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], h0, y1);
+                        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], h1, y1);
+                    }
                 }
             }
+            if (MR <= 3)
+#pragma GCC unroll 6
+                for (int r = 0; r < MR; r++) {
+                    acc[r][0] = _mm512_add_epi32(acc[r][0], acch[r][0]);
+                    acc[r][1] = _mm512_add_epi32(acc[r][1], acch[r][1]);
+                }
         }
         if (jb->c32) {
             /* exact int32 out (single chunk) */
@@ -155,4 +166,36 @@ double ember__qpeak_vnni(int64_t iters) {
     _mm512_storeu_si512(out, s);
     __asm__ volatile("" : : "r"(out[0]) : "memory");
     return (double)iters * 12.0 * 64 * 2;
+}
+
+/* One row of A into the packed buffer: 64-byte pieces (piece q, values [64q, 64q + 64), zeros past
+ * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64,
+ * or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
+void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
+                          int8_t *dst, int64_t pstride, int32_t *rs) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const int64_t per = nch == 1 ? kp / 64 : kc / 64; /* pieces per chunk */
+    int64_t q = 0;
+    for (int64_t c = 0; c < nch; c++) {
+        __m512i acc = _mm512_setzero_si512();
+        int64_t nvals = 0;
+        for (int64_t e = 0; e < per; e++, q++) {
+            const int64_t k0 = q * 64;
+            __m512i v;
+            if (!src || k0 >= k) {
+                v = zero;
+            } else if (k - k0 >= 64) {
+                v = _mm512_loadu_si512(src + k0);
+                nvals += 64;
+            } else {
+                v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
+                nvals += k - k0;
+            }
+            _mm512_storeu_si512(dst + q * pstride, v);
+            acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
+        }
+        /* the sad sums counted every zero-padded byte as 128 too */
+        rs[c] = (int32_t)(_mm512_reduce_add_epi64(acc) - 128 * per * 64);
+        (void)nvals;
+    }
 }

@@ -24,6 +24,12 @@ typedef struct pool {
     int nworkers;
     int stop;
     ember__qtier tier; /* the int8 tier of this context */
+    /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
+     * large allocations are mmap'd and page-faulted on every call, which costs more than a small
+     * matmul itself */
+    pthread_mutex_t scratch_mu;
+    void *scratch;
+    size_t scratch_bytes;
     atomic_uint gen;     /* bumped per job */
     atomic_int pending;  /* workers still inside the current job */
     /* the current job */
@@ -93,6 +99,7 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->busy, NULL);
     pthread_cond_init(&p->wake, NULL);
+    pthread_mutex_init(&p->scratch_mu, NULL);
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->next, 0);
@@ -126,6 +133,8 @@ void ember__cpu_pool_stop(ember__cpu_state *s) {
         pthread_join(p->th[i], NULL);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->scratch_mu);
+    ember__aligned_free(p->scratch);
     pthread_mutex_destroy(&p->busy);
     ember__free(p);
     s->kernels = NULL;
@@ -162,6 +171,27 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
 #endif
     }
     pthread_mutex_unlock(&p->busy);
+}
+
+void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
+    pool *p = s ? s->kernels : NULL;
+    if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
+        return NULL;
+    if (p->scratch_bytes < bytes) {
+        ember__aligned_free(p->scratch);
+        p->scratch = ember__aligned_alloc(bytes);
+        p->scratch_bytes = p->scratch ? bytes : 0;
+    }
+    if (!p->scratch) {
+        pthread_mutex_unlock(&p->scratch_mu);
+        return NULL;
+    }
+    return p->scratch;
+}
+
+void ember__cpu_scratch_put(ember__cpu_state *s) {
+    pool *p = s->kernels;
+    pthread_mutex_unlock(&p->scratch_mu);
 }
 
 ember__qtier ember__cpu_tier(const ember__cpu_state *s) {
