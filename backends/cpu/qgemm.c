@@ -2,7 +2,6 @@
  * matmul, plus the scalar tier (the reference every other tier is tested against). See qgemm.h
  * for the packed layouts. Baseline x86-64 only here (SSE2 for the packing shuffles). */
 #include <string.h>
-#include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -475,10 +474,16 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         if (nb < 32)
             nb = 32;
     } else {
-        mb = amx ? 128 : 64;
-        nb = amx ? 256 : 128;
-        if (getenv("QMB")) mb = atol(getenv("QMB"));
-        if (getenv("QNB")) nb = atol(getenv("QNB"));
+        /* AMX: the A block of a task (mb x kp bytes) stays in L2 while the task's B panels
+         * stream past it: about 512 KiB of A, 64..512 rows */
+        if (amx) {
+            mb = ((int64_t)512 * 1024 / p->kp) / 32 * 32;
+            mb = mb < 64 ? 64 : (mb > 512 ? 512 : mb);
+            nb = 256;
+        } else {
+            mb = 64;
+            nb = 128;
+        }
         if (mb > mp)
             mb = mp;
         /* enough tasks for the threads */

@@ -7,7 +7,6 @@
  * The tile configuration is loaded through inline asm taking the whole struct as a memory operand:
  * GCC 12 was seen dropping the stores that fill it before _tile_loadconfig (notes/cpu.md). */
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "qgemm.h"
@@ -21,7 +20,6 @@ typedef struct tilecfg {
 
 _Static_assert(sizeof(tilecfg) == 64, "the AMX tile configuration is 64 bytes");
 
-int ember__amx_pf = 0;
 static void tile_config(int ks) {
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -64,15 +62,6 @@ static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, co
     _tile_zero(3);
     if (ks == 64) {
         for (int64_t k = k0; k < k1; k += 64) {
-            if (ember__amx_pf) {
-                const int64_t d = ember__amx_pf * 64;
-                for (int l = 0; l < 1024; l += 64) {
-                    _mm_prefetch((const char *)a0 + (k + d) * 32 + l, _MM_HINT_T0);
-                    _mm_prefetch((const char *)a1 + (k + d) * 32 + l, _MM_HINT_T0);
-                    _mm_prefetch((const char *)b0 + (k + d) * 32 + l, _MM_HINT_T0);
-                    _mm_prefetch((const char *)b0 + (k + d) * 32 + 1024 + l, _MM_HINT_T0);
-                }
-            }
             _tile_loadd(4, a0 + k * 32, 64);
             _tile_loadd(6, b0 + k * 32, 128);
             _tile_dpbsud(0, 4, 6);
@@ -114,10 +103,6 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
         unp = jb->scratch[thread]; /* the driver provides it for 4-bit AMX jobs */
     }
     tile_config(ks);
-    /* The output is written once and not read back here: non-temporal stores skip the read for
-     * ownership (large outputs otherwise cost as much memory traffic as the operands). */
-    const int stream = jb->c && ((uintptr_t)jb->c & 63) == 0 && (jb->ldc & 15) == 0 &&
-                       jb->m * jb->ldc >= ((int64_t)1 << 20) && !getenv("QNOSTREAM");
     if (i1 > jb->mp)
         i1 = jb->mp;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
@@ -169,13 +154,8 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                     x1 = _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1));
                     if (nch == 1) {
                         float *o = jb->c + (i + r) * jb->ldc + j;
-                        if (stream && k1m == 0xffff) {
-                            _mm512_stream_ps(o, x0);
-                            _mm512_stream_ps(o + 16, x1);
-                        } else {
-                            _mm512_mask_storeu_ps(o, k0m, x0);
-                            _mm512_mask_storeu_ps(o + 16, k1m, x1);
-                        }
+                        _mm512_mask_storeu_ps(o, k0m, x0);
+                        _mm512_mask_storeu_ps(o + 16, k1m, x1);
                     } else if (c == 0) {
                         _mm512_store_ps(facc + r * 32, x0);
                         _mm512_store_ps(facc + r * 32 + 16, x1);
@@ -194,8 +174,6 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                 }
         }
     }
-    if (stream)
-        _mm_sfence();
     _tile_release();
 }
 
