@@ -468,6 +468,27 @@ static void test_tier_cap(void) {
     }
 }
 
+/* EMBER_CPU_MAX_ISA does the same when the option is NULL */
+static void test_tier_cap_env(void) {
+    const char *old = getenv("EMBER_CPU_MAX_ISA");
+    char saved[64] = "";
+    if (old)
+        snprintf(saved, sizeof saved, "%s", old);
+    setenv("EMBER_CPU_MAX_ISA", "scalar", 1);
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    ember_context *ctx = NULL;
+    TU_OK(ember_context_create(&o, &ctx));
+    ember_device_info info;
+    TU_OK(ember_device_describe(ctx, TU_CPU, &info));
+    CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, "cpu.scalar");
+    ember_context_destroy(ctx);
+    if (old)
+        setenv("EMBER_CPU_MAX_ISA", saved, 1);
+    else
+        unsetenv("EMBER_CPU_MAX_ISA");
+}
+
 /* ---------------------------------------------------------------- thread pool */
 
 typedef struct pf_arg {
@@ -546,6 +567,7 @@ int main(void) {
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
         {"cpu_max_isa caps the tier, describe names it", test_tier_cap},
+        {"EMBER_CPU_MAX_ISA caps the tier", test_tier_cap_env},
         {"thread pool", test_thread_pool},
         CU_TEST_INFO_NULL,
     };

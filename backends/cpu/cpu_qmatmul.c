@@ -7,7 +7,8 @@
  * burn's dequantize-then-matmul up to float rounding. Handled scale shapes: per-tensor, blocks of
  * any size along m (A) and n (B), and along K either the whole K or blocks dividing K whose
  * shorter length (the chunk) is a multiple of 32 and divides the longer. Anything else (fp8/fp4
- * values, partial K blocks, chunks not a multiple of 32, packing off the last axis) is declined
+ * values, partial K blocks, chunks not a multiple of 32, packing off the last axis, a chunk of
+ * 2^17 or more values, whose int32 sum could overflow) is declined
  * with EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) and the dispatcher falls back to burn's
  * dequantize + float matmul.
  *
@@ -242,7 +243,8 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     const int64_t la = aq ? k_block(a, a->rank - 1, k) : k;
     const int64_t lb = bq ? k_block(b, b->rank - 2, k) : k;
     const int64_t kc = chunk_of(la, lb, k);
-    if (kc < 0)
+    /* int32 holds every chunk sum while chunk * 128 * 128 < 2^31 */
+    if (kc < 0 || (kc ? kc : k) > ((int64_t)1 << 17) - 1)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     const int64_t nch = kc ? k / kc : 1;
     const ember__qtier tier = ember__cpu_tier(s);
