@@ -201,6 +201,53 @@ static void test_tiers(void) {
 }
 
 
+
+/* the unpacked kernel of decode-sized first calls: exact int32 and the scales */
+static void test_direct(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130}, ks[] = {1, 2, 7, 64, 301};
+    int ran = 0;
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t c = 0; c < 5; c++) {
+                int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
+                int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
+                int32_t *C = malloc((size_t)(m * n) * 4);
+                float *F = malloc((size_t)(m * n) * 4), sa[16], *sb = malloc((size_t)n * 4);
+                rand_i8(A, (size_t)(m * lda), -128, 127);
+                rand_i8(B, (size_t)(k * ldb), -128, 127);
+                tu_rand_f32(&rng, sa, 16, 0.01f, 0.1f);
+                tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
+                ember_status st = ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
+                if (st == EMBER_ERR_QUANT_UNSUPPORTED) { /* no AVX-512 here */
+                    free(A), free(B), free(C), free(F), free(sb);
+                    continue;
+                }
+                TU_OK(st);
+                TU_OK(ember__qgemm_direct(s, m, n, k, A, lda, sa, B, ldb, sb, F, NULL, n));
+                int bad = 0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        int32_t ref = 0;
+                        for (int64_t kk = 0; kk < k; kk++)
+                            ref += (int32_t)A[i * lda + kk] * B[kk * ldb + j];
+                        double fr = (double)sa[i] * (double)sb[j] * (double)ref;
+                        if (ref != C[i * n + j] || fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
+                            bad = 1;
+                    }
+                if (bad)
+                    printf("\n  direct m %lld n %lld k %lld differs", (long long)m, (long long)n, (long long)k);
+                CU_ASSERT_FALSE(bad);
+                ran++;
+                free(A), free(B), free(C), free(F), free(sb);
+            }
+    if (!ran)
+        printf("\n  direct kernel: no AVX-512 on this machine, skipped");
+    ember_context_destroy(ctx);
+}
+
 /* ---------------------------------------------------------------- the vtable entry */
 
 static ember_tensor *mk_f32(ember_context *ctx, int rank, const int64_t *shape, float lo, float hi) {
@@ -333,6 +380,28 @@ static void test_q_matmul_entry(void) {
         ember_tensor_free(a);
         ember_tensor_free(b);
     }
+    ember_context_destroy(ctx);
+}
+
+/* a decode-sized first call runs unpacked and marks the tensor; the second use packs */
+static void test_first_call_policy(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *x = mk_q(ctx, &s, 2, (int64_t[]){4, 96}), *w = mk_q(ctx, &s, 2, (int64_t[]){96, 70});
+    int64_t cells;
+    double *ref = reference(x, w, &cells);
+    int direct = ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, 0) ==
+                 EMBER_OK;
+    for (int call = 0; call < 3; call++) {
+        ember_tensor *y = NULL;
+        TU_OK(ember_q_matmul(x, w, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        CU_ASSERT_EQUAL(packed(w), direct ? call >= 1 : 1);
+        ember_tensor_free(y);
+    }
+    free(ref);
+    ember_tensor_free(x);
+    ember_tensor_free(w);
     ember_context_destroy(ctx);
 }
 
@@ -562,8 +631,10 @@ int main(void) {
         {"exact int32, every tier, odd shapes", test_exact_int32},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
+        {"direct (unpacked) kernel for first decode calls", test_direct},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
         {"q_matmul entry: batched", test_q_matmul_batched},
+        {"decode first call unpacked, packed from the second", test_first_call_policy},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
         {"cpu_max_isa caps the tier, describe names it", test_tier_cap},

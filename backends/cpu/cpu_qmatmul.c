@@ -19,7 +19,10 @@
  * is that of an 8-bit quantization of the activations, on top of the weights' own.
  *
  * Weight pre-packing: the first (Q,Q) or (F,Q) call packs each matrix of B into the kernel layout
- * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Memory cost per
+ * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Exception: a
+ * decode-sized first call (m <= 16, 8-bit Native B, one K chunk) multiplies B as it is stored
+ * (ember__qgemm_direct) and only marks the tensor; the second use packs it. A call that fails
+ * leaves the cache as it was. Memory cost per
  * [k, n] matrix: roundup(k, 64) * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2,
  * which are kept as nibbles), plus 4 bytes (2 when every effective scale is an f16) per column
  * per K chunk for the scales: about 1x the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale
@@ -30,7 +33,8 @@
 #include "../../quant/quant_impl.h"
 #include "qgemm.h"
 
-#define QCACHE_KIND 0x51384201 /* "Q8B" v1 */
+#define QCACHE_KIND 0x51384201 /* "Q8B" v1: data is a qcache */
+#define QCACHE_SEEN 0x51384200 /* used once, unpacked (a decode-sized first call); data NULL */
 
 typedef struct qcache {
     int64_t nmat, kc;
@@ -151,9 +155,10 @@ static ember_status pack_qb(ember__cpu_state *s, const ember_tensor *b, const fl
 /* The packed matrices of B, from the cache (filled on first use) or, when the cache holds
  * another chunking, into *tmp (caller frees). */
 static ember_status cached_pack(ember__cpu_state *s, const ember_tensor *b, int64_t k, int64_t n,
-                                int64_t kc, qcache **out, qcache **tmp) {
+                                int64_t kc, qcache **out, qcache **tmp, int *created) {
     ember_tensor *bt = (ember_tensor *)b; /* the cache is mutable state of a const handle */
     *out = *tmp = NULL;
+    *created = 0;
     const int64_t nmat = (int64_t)(b->numel / (size_t)(k * n));
     pthread_mutex_lock(&bt->pack.lock);
     qcache *c = bt->pack.kind == QCACHE_KIND ? bt->pack.data : NULL;
@@ -193,6 +198,7 @@ static ember_status cached_pack(ember__cpu_state *s, const ember_tensor *b, int6
         bt->pack.kind = QCACHE_KIND;
         bt->pack.release = qcache_release;
         *out = nc;
+        *created = 1;
     } else {
         *tmp = *out = nc;
     }
@@ -224,6 +230,50 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
             sa[i * nch + c] = effa[ember__block_of(&a->q, a->rank, a->shape,
                                                    (size_t)(a_off + i * k + c * (kc ? kc : k)))];
     return EMBER_OK;
+}
+
+/* A decode-sized (m <= 16) first call on an 8-bit Native B with one K chunk runs on B as it is
+ * stored: packing it would cost more than the product. The tensor is marked, and its next use
+ * packs it (a weight used once is never packed). */
+static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
+    if (m > 16 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
+        return 0;
+    ember_tensor *bt = (ember_tensor *)b;
+    pthread_mutex_lock(&bt->pack.lock);
+    int first = bt->pack.data == NULL && bt->pack.kind != QCACHE_SEEN;
+    pthread_mutex_unlock(&bt->pack.lock);
+    return first;
+}
+
+static ember_status run_direct(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
+                               const ember_tensor *b, const float *effa, ember_tensor *out,
+                               int64_t m, int64_t n, int64_t k, float *sa) {
+    float *eff = ember__malloc(b->q.nscales * sizeof(float));
+    float *sb = ember__malloc((size_t)n * sizeof(float));
+    ember_status st = eff && sb ? ember__qtensor_effective_scales(b, eff) : EMBER_ERR_OUT_OF_MEMORY;
+    for (int64_t bi = 0; st == EMBER_OK && bi < g->batch; bi++) {
+        const int8_t *rows = NULL;
+        int8_t *own = NULL;
+        st = prepare_qa(a, effa, g->a_off[bi], m, k, 0, &rows, &own, sa);
+        for (int64_t j = 0; st == EMBER_OK && j < n; j++)
+            sb[j] = eff[ember__block_of(&b->q, b->rank, b->shape, (size_t)(g->b_off[bi] + j))];
+        if (st == EMBER_OK)
+            st = ember__qgemm_direct(s, m, n, k, rows, k, sa, (const int8_t *)b->buf + g->b_off[bi],
+                                     n, sb, (float *)out->buf + bi * m * n, NULL, n);
+        ember__free(own);
+    }
+    ember__free(eff);
+    ember__free(sb);
+    if (st == EMBER_ERR_OUT_OF_MEMORY)
+        EMBER_FAIL(st, "cpu q_matmul: out of memory");
+    if (st == EMBER_OK) {
+        ember_tensor *bt = (ember_tensor *)b;
+        pthread_mutex_lock(&bt->pack.lock);
+        if (!bt->pack.data)
+            bt->pack.kind = QCACHE_SEEN;
+        pthread_mutex_unlock(&bt->pack.lock);
+    }
+    return st;
 }
 
 ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
@@ -265,8 +315,18 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     qcache *pc = NULL, *ptmp = NULL;
     int8_t *bq8 = NULL;
     float *bsc = NULL;
+    int created = 0;
+    if (st == EMBER_OK && aq && bq && direct_first_call(b, m, nch)) {
+        st = run_direct(s, g, a, b, effa, out, m, n, k, sa);
+        if (st != EMBER_ERR_QUANT_UNSUPPORTED) {
+            ember__free(effa);
+            ember__free(sa);
+            return st;
+        }
+        st = EMBER_OK; /* no direct kernel here: pack */
+    }
     if (st == EMBER_OK && bq)
-        st = cached_pack(s, b, k, n, kc, &pc, &ptmp);
+        st = cached_pack(s, b, k, n, kc, &pc, &ptmp, &created);
     if (st == EMBER_OK && !bq) {
         bq8 = ember__malloc((size_t)(k * n));
         bsc = ember__malloc((size_t)(nch * n) * sizeof(float));
@@ -343,6 +403,18 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     }
     if (ptmp)
         qcache_release(NULL, ptmp);
+    if (st != EMBER_OK && created) { /* a failed call leaves the tensor as it found it */
+        ember_tensor *bt = (ember_tensor *)b;
+        pthread_mutex_lock(&bt->pack.lock);
+        if (bt->pack.data == pc) {
+            qcache_release(NULL, pc);
+            bt->pack.data = NULL;
+            bt->pack.bytes = 0;
+            bt->pack.kind = 0;
+            bt->pack.release = NULL;
+        }
+        pthread_mutex_unlock(&bt->pack.lock);
+    }
     ember__free(effa);
     ember__free(sa);
     ember__free(aq8);

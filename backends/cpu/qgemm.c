@@ -509,3 +509,34 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
     return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
 }
+
+/* ------------------------------------------------------------------ direct (unpacked) */
+
+typedef struct direct_arg {
+    const ember__qdirect *d;
+    int64_t nb;
+} direct_arg;
+
+static void direct_task(void *varg, int64_t task, int thread) {
+    (void)thread;
+    const direct_arg *a = varg;
+    ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb);
+}
+
+ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                                 const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                                 int64_t ldb, const float *sb, float *C, int32_t *C32,
+                                 int64_t ldc) {
+    if (!ember__qtier_available(EMBER__QT_AVX512) ||
+        (s && ember__cpu_tier(s) < EMBER__QT_AVX512))
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (m <= 0 || n <= 0)
+        return EMBER_OK;
+    ember__qdirect d = {m, n, k, A, B, lda, ldb, sa, sb, C, C32, ldc};
+    const int nt = s ? s->num_threads : 1;
+    int64_t want = (int64_t)nt * 8;
+    int64_t nb = round_up((n + want - 1) / want, 64);
+    direct_arg a = {&d, nb};
+    ember__cpu_parallel_for(s, (n + nb - 1) / nb, direct_task, &a);
+    return EMBER_OK;
+}

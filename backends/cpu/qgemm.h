@@ -91,7 +91,28 @@ ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc);
 
+/* Without packing (a first call with few rows, 8-bit B, one chunk): C[i, j] = sa[i] * sb[j] *
+ * (A row i . B column j) with B int8 row-major [k, n] (ldb), sa [m] and sb [n] (NULL: 1). Exact
+ * int32 sums into C32 instead when C32 is given. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing
+ * recorded, nothing written) when no tier can (AVX-512 BW is needed): pack instead. */
+ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                                 const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                                 int64_t ldb, const float *sb, float *C, int32_t *C32,
+                                 int64_t ldc);
+
 /* ---- between qgemm.c and the tier files ---- */
+typedef struct ember__qdirect {
+    int64_t m, n, k;
+    const int8_t *a, *b;
+    int64_t lda, ldb;
+    const float *sa, *sb;
+    float *c;
+    int32_t *c32;
+    int64_t ldc;
+} ember__qdirect;
+/* columns [j0, j1) (j0 % 64 == 0), every row (qgemm_avx512.c) */
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1);
+
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
  * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride kp.
  * rs[i * nch + c]: sum of row i's values in chunk c (int32). */

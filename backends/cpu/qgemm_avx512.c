@@ -199,3 +199,99 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
         (void)nvals;
     }
 }
+
+/* ---- direct kernel: int8 B read as it is stored (row-major), no packing ----
+ * For a first call with few rows: the products of two B rows k, k+1 and the A pair
+ * (a[k], a[k+1]) are formed with VPMADDWD on sign-extended words (exact), 64 columns a step.
+ * unpacklo/hi_epi16 work per 128-bit lane, so accumulator lo holds columns 8L..8L+3 in lane L and
+ * hi columns 8L+4..8L+7; one permutation per output block restores the order. */
+
+/* rows [i, i + MR), columns [j, j + 64) (tail masked), whole K */
+EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, const int MR) {
+    const int64_t k = d->k, n = d->n;
+    const int64_t nv = n - j < 64 ? n - j : 64;
+    const __mmask64 lm = nv >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nv) - 1);
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+        acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512();
+    const int8_t *b = d->b + j;
+    int64_t kk = 0;
+    for (; kk + 2 <= k; kk += 2) {
+        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
+        __m512i r1 = _mm512_maskz_loadu_epi8(lm, b + (kk + 1) * d->ldb);
+        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
+        __m512i w1 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r1));
+        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
+        __m512i v1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r1, 1));
+        __m512i p0 = _mm512_unpacklo_epi16(w0, w1), p1 = _mm512_unpackhi_epi16(w0, w1);
+        __m512i p2 = _mm512_unpacklo_epi16(v0, v1), p3 = _mm512_unpackhi_epi16(v0, v1);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const int8_t *a = d->a + (i + r) * d->lda + kk;
+            uint32_t pair = (uint32_t)(uint16_t)(int16_t)a[0] | ((uint32_t)(uint16_t)(int16_t)a[1] << 16);
+            __m512i x = _mm512_set1_epi32((int32_t)pair);
+            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
+            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
+            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
+            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
+        }
+    }
+    if (kk < k) { /* the odd last row, paired with zeros */
+        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
+        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
+        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
+        const __m512i z = _mm512_setzero_si512();
+        __m512i p0 = _mm512_unpacklo_epi16(w0, z), p1 = _mm512_unpackhi_epi16(w0, z);
+        __m512i p2 = _mm512_unpacklo_epi16(v0, z), p3 = _mm512_unpackhi_epi16(v0, z);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            __m512i x = _mm512_set1_epi32((int32_t)(uint32_t)(uint16_t)(int16_t)d->a[(i + r) * d->lda + kk]);
+            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
+            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
+            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
+            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
+        }
+    }
+    /* lane L of lo: columns 8L..8L+3, of hi: 8L+4..8L+7 -> columns 0..15 and 16..31 */
+    const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i ib = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) {
+        __m512i c[4] = {_mm512_permutex2var_epi32(acc[r][0], ia, acc[r][1]),
+                        _mm512_permutex2var_epi32(acc[r][0], ib, acc[r][1]),
+                        _mm512_permutex2var_epi32(acc[r][2], ia, acc[r][3]),
+                        _mm512_permutex2var_epi32(acc[r][2], ib, acc[r][3])};
+        for (int q = 0; q < 4; q++) {
+            const __mmask16 m = tail_mask(nv - 16 * q);
+            if (!m)
+                break;
+            if (d->c32) {
+                _mm512_mask_storeu_epi32(d->c32 + (i + r) * d->ldc + j + 16 * q, m, c[q]);
+                continue;
+            }
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(d->sa ? d->sa[i + r] : 1.0f),
+                                     d->sb ? _mm512_maskz_loadu_ps(m, d->sb + j + 16 * q)
+                                           : _mm512_set1_ps(1.0f));
+            _mm512_mask_storeu_ps(d->c + (i + r) * d->ldc + j + 16 * q, m,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(c[q]), s));
+        }
+    }
+}
+
+static void dmicro1(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 1); }
+static void dmicro2(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 2); }
+static void dmicro3(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 3); }
+static void dmicro4(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 4); }
+
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
+    static void (*const fns[5])(const ember__qdirect *, int64_t, int64_t) = {NULL, dmicro1, dmicro2,
+                                                                            dmicro3, dmicro4};
+    for (int64_t j = j0; j < j1 && j < d->n; j += 64)
+        for (int64_t i = 0; i < d->m;) {
+            int64_t r = d->m - i;
+            int mr = r >= 4 ? 4 : (int)r;
+            fns[mr](d, i, j);
+            i += mr;
+        }
+}

@@ -17,10 +17,18 @@
 #define POOL_MAX 256
 #define SPIN_ITERS 1000 /* pauses (~40 us) before sleeping: other libraries share the cores */
 
-typedef struct pool {
+typedef struct pool pool;
+typedef struct worker_ctx {
+    pool *p;
+    int thread;
+} worker_ctx;
+
+struct pool {
     pthread_mutex_t mu, busy;
     pthread_cond_t wake;
     pthread_t th[POOL_MAX];
+    worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
+                                the allocator's live count must not move behind the caller) */
     int nworkers;
     int stop;
     ember__qtier tier; /* the int8 tier of this context */
@@ -37,7 +45,7 @@ typedef struct pool {
     void *arg;
     int64_t n;
     atomic_llong next;
-} pool;
+};
 
 static void run_tasks(pool *p, int thread) {
     for (;;) {
@@ -48,16 +56,11 @@ static void run_tasks(pool *p, int thread) {
     }
 }
 
-typedef struct worker_ctx {
-    pool *p;
-    int thread;
-} worker_ctx;
 
 static void *worker_main(void *v) {
-    worker_ctx *w = v;
+    const worker_ctx *w = v;
     pool *p = w->p;
     const int thread = w->thread;
-    ember__free(w);
     unsigned seen = 0; /* the generation at start: jobs may be published before this thread runs */
     for (;;) {
         unsigned g;
@@ -105,15 +108,10 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     atomic_init(&p->next, 0);
     p->tier = ember__qtier_select(s->max_isa);
     for (int i = 0; i < nw; i++) {
-        worker_ctx *w = ember__malloc(sizeof *w);
-        if (!w)
+        p->wc[i].p = p;
+        p->wc[i].thread = i + 1;
+        if (pthread_create(&p->th[i], NULL, worker_main, &p->wc[i]) != 0)
             break;
-        w->p = p;
-        w->thread = i + 1;
-        if (pthread_create(&p->th[i], NULL, worker_main, w) != 0) {
-            ember__free(w);
-            break;
-        }
         p->nworkers = i + 1;
     }
     s->kernels = p;
