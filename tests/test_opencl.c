@@ -199,12 +199,18 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
     free(Ccpu);
 }
 
+/* Both kernel shapes (tiled with local memory; barrier-free rows), whatever the device. */
 static void test_gemm(void) {
-    gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f);    /* ragged edges in every dimension */
-    gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f);    /* trans_a, batch with offsets */
-    gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f);    /* trans_b, alpha and beta */
-    gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
-    gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f);       /* k = 0: C = beta * C */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f); /* ragged edges in every dimension */
+        gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f); /* trans_a, batch with offsets */
+        gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f); /* trans_b, alpha and beta */
+        gemm_case(0, 0, 19, 64, 40, 1, 1.0f, 1.0f); /* whole 16-column strips, beta 1 */
+        gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
+        gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f); /* k = 0: C = beta * C */
+    }
+    cls()->gemm_variant = 0;
 }
 
 static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, const int64_t *sb) {
@@ -822,9 +828,14 @@ static void qmm_case(ember_qvalue va, ember_qstore sa_, ember_qvalue vb, ember_q
 }
 
 static void test_q_matmul(void) {
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
-    qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13, 31);
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
+        qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13,
+                 31);
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    }
+    cls()->gemm_variant = 0;
 }
 
 /* spec §6.5 (Quant x Quant): burn's dequantize-then-matmul numbers, within float rounding. */

@@ -79,7 +79,15 @@ typedef struct ember__cl_state {
     int ndev;
     ember__cl_device *dev; /* ndev entries */
     char cache_dir[512];   /* "" = no on-disk cache */
+    /* GEMM kernel shape (f32 and int8): 0 chooses per call (the barrier-free "rows" kernels on
+     * CPU devices and for m <= 8, the local-memory tiled kernels otherwise); 1 forces tiled, 2
+     * forces rows (tests set it to cover both on any device). */
+    int gemm_variant;
 } ember__cl_state;
+
+/* 1 when a GEMM of m rows on dev runs the barrier-free "rows" kernels (see gemm_variant). */
+int ember__cl_gemm_rows(const ember__cl_state *s, int dev, int64_t m);
+#define EMBER__CL_RM 8 /* rows per work item of the "rows" kernels (-DRM); 16 columns each */
 
 /* ---- errors (cl_program.c) ---- */
 /* "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for a code not in the table. Never NULL. */

@@ -26,14 +26,18 @@ static int has_dot4(const ember__cl_device *d) { return d->has_dot4; }
 static ember_status run_tiled(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q,
                               int dot4) {
     const ember__cl_device *d = &s->dev[dev];
+    const int rows = ember__cl_gemm_rows(s, dev, q->m);
     int tm = 64, wm = 4;
     if (d->max_wg < 256) {
         tm = d->max_wg >= 64 ? 32 : 16;
         wm = d->max_wg >= 64 ? 4 : 2;
     }
     char opts[128];
-    snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=32 -DWM=%d -DWN=%d%s", tm, tm, wm, wm,
-             dot4 ? " -DEMBER_DOT4=1" : "");
+    if (rows)
+        snprintf(opts, sizeof opts, "-DRM=%d", EMBER__CL_RM);
+    else
+        snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=32 -DWM=%d -DWN=%d%s", tm, tm, wm, wm,
+                 dot4 ? " -DEMBER_DOT4=1" : "");
     cl_int ta = q->trans_a, tb = q->trans_b;
     cl_long m = q->m, n = q->n, k = q->k, lda = q->lda, ldb = q->ldb;
     const ember__cl_arg args[] = {
@@ -41,13 +45,20 @@ static ember_status run_tiled(ember__cl_state *s, int dev, const ember__cl_qgemm
         EMBER_CL_ARG(k),     EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(lda),
         EMBER_CL_ARG(q->b),  EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(ldb), EMBER_CL_ARG(q->out),
         EMBER_CL_ARG(q->scale)};
-    const size_t lx = (size_t)(tm / wm);
-    const size_t local[3] = {lx, lx, 1};
-    const size_t global[3] = {ember__cl_round_up((size_t)q->n, (size_t)tm) / (size_t)tm * lx,
-                              ember__cl_round_up((size_t)q->m, (size_t)tm) / (size_t)tm * lx,
-                              (size_t)q->batch};
-    return ember__cl_launch(s, dev, "q_matmul", "qgemm", opts, "qgemm_i8",
-                            (int)(sizeof args / sizeof args[0]), args, 3, global, local);
+    size_t local[3], global[3];
+    if (rows) {
+        global[0] = ((size_t)q->n + 15) / 16; /* no barriers: any local size */
+        global[1] = ((size_t)q->m + EMBER__CL_RM - 1) / EMBER__CL_RM;
+    } else {
+        const size_t lx = (size_t)(tm / wm);
+        local[0] = local[1] = lx;
+        local[2] = 1;
+        global[0] = ember__cl_round_up((size_t)q->n, (size_t)tm) / (size_t)tm * lx;
+        global[1] = ember__cl_round_up((size_t)q->m, (size_t)tm) / (size_t)tm * lx;
+    }
+    global[2] = (size_t)q->batch;
+    return ember__cl_launch(s, dev, "q_matmul", "qgemm", opts, rows ? "qgemm_i8_rows" : "qgemm_i8",
+                            (int)(sizeof args / sizeof args[0]), args, 3, global, rows ? NULL : local);
 }
 
 static ember_status run_generic(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {

@@ -129,3 +129,59 @@ qgemm_i8(const int trans_a, const int trans_b, const long m, const long n, const
         }
     }
 }
+
+/* qgemm_i8_rows: the same product and epilogue without local memory or barriers (CPU devices,
+ * skinny products; see gemm_f32_rows in gemm.cl). Work item (jb, ib, batch) computes the RM x 16
+ * block at rows ib*RM, columns jb*16 with int16 accumulators (a char16 load of B's row per k);
+ * edges and TRANS_B take a scalar loop. Global size: (ceil(n/16), ceil(m/RM), batch). */
+#ifndef RM
+#define RM 8
+#endif
+
+static int qa_at(__global const char *A, int trans_a, long lda, long i, long p) {
+    return (int)(trans_a ? A[p * lda + i] : A[i * lda + p]);
+}
+
+__kernel void qgemm_i8_rows(const int trans_a, const int trans_b, const long m, const long n,
+                            const long k, __global const char *A, __global const long *a_off,
+                            const long lda, __global const char *B, __global const long *b_off,
+                            const long ldb, __global float *out, __global const float *scale) {
+    const long j0 = (long)get_global_id(0) * 16, i0 = (long)get_global_id(1) * RM;
+    const long bi = (long)get_global_id(2);
+    if (j0 >= n || i0 >= m)
+        return;
+    A += a_off[bi];
+    B += b_off[bi];
+    out += bi * m * n;
+    const int rows = (int)min((long)RM, m - i0);
+    const float s = scale[0];
+    if (!trans_b && j0 + 16 <= n) {
+        int16 acc[RM];
+        for (int r = 0; r < RM; r++)
+            acc[r] = (int16)(0);
+        for (long p = 0; p < k; p++) {
+            const int16 b = convert_int16(vload16(0, B + p * ldb + j0));
+            for (int r = 0; r < RM; r++)
+                if (r < rows)
+                    acc[r] += qa_at(A, trans_a, lda, i0 + r, p) * b;
+        }
+        for (int r = 0; r < rows; r++)
+            vstore16((float16)(0.0f) + s * convert_float16_rte(acc[r]), 0, out + (i0 + r) * n + j0);
+        return;
+    }
+    const int cols = (int)min((long)16, n - j0);
+    for (int c = 0; c < cols; c++) {
+        const long j = j0 + c;
+        int acc[RM];
+        for (int r = 0; r < RM; r++)
+            acc[r] = 0;
+        for (long p = 0; p < k; p++) {
+            const int b = (int)(trans_b ? B[j * ldb + p] : B[p * ldb + j]);
+            for (int r = 0; r < RM; r++)
+                if (r < rows)
+                    acc[r] += qa_at(A, trans_a, lda, i0 + r, p) * b;
+        }
+        for (int r = 0; r < rows; r++)
+            out[(i0 + r) * n + j] = 0.0f + s * convert_float_rte(acc[r]);
+    }
+}
