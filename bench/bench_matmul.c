@@ -1,8 +1,8 @@
 /* bench/bench_matmul.c: matmul throughput, ember against the libraries it is measured by.
  *
  * For each shape every available "provider" (one kernel path) runs once to warm up, then all of
- * them run in turn, round after round (interleaved, so that a noisy neighbour or a clock change
- * hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
+ * them run in turn, round after round, in alternating order (interleaved, so that a noisy
+ * neighbour or a clock change hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
  * call), and the largest error on sampled outputs against a float64 product of the same f32
  * inputs. The first provider of the table, the direct cblas_sgemm call, is the reference: the
  * table's vs_ref column is each row's GOPS over it.
@@ -432,7 +432,9 @@ int main(int argc, char **argv) {
                 providers[q].after(state[q]);
         }
         for (int r = 0; r < reps && !failed; r++)
-            for (int q = 0; q < NPROV; q++) {
+            for (int qi = 0; qi < NPROV; qi++) {
+                const int q = r % 2 ? NPROV - 1 - qi : qi; /* alternate the order: no one is
+                                                              always first */
                 if (!ready[q])
                     continue;
                 double t0 = bench_now_ms();
