@@ -726,6 +726,28 @@ static void test_quant_random(void) {
     free(xb);
 }
 
+/* The fma-corrected software division (for devices with neither exact division nor fp64),
+ * forced here: the same bytes as the CPU. Values near rounding ties of x / s stress it. */
+static void test_quant_soft_div(void) {
+    for (int mode = 1; mode <= 2; mode++) {
+    cls()->soft_div = mode;
+    float x[512];
+    int64_t sh[2] = {8, 64}, blk[1] = {16};
+    tu_rand_f32(&rng, x, 512, -3.0f, 3.0f);
+    x[0] = 3.0f; /* alpha = 3: s = 3/127, and x = (j + 0.5) * s lands within an ulp of ties */
+    for (int j = 1; j < 200; j++)
+        x[j] = ((float)(j % 120) + 0.5f) * (3.0f / 127.0f);
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    q_roundtrip(&q8, 2, sh, x, NULL, NULL);
+    ember_qscheme q4 = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 1, blk);
+    q4.block_scale = EMBER_SCALE_F16;
+    q_roundtrip(&q4, 2, sh, x, NULL, NULL);
+    ember_qscheme e4 = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+    q_roundtrip(&e4, 2, sh, x, NULL, NULL);
+    }
+    cls()->soft_div = 0;
+}
+
 static void test_quant_non_finite(void) {
     float x[6] = {1, 2, NAN, 4, 5, 6};
     int64_t sh[2] = {2, 3};
@@ -968,6 +990,7 @@ int main(void) {
                             CU_TEST_INFO_NULL};
     CU_TestInfo quant[] = {{"golden vectors (spec 6)", test_quant_golden},
                            {"every scheme, random data", test_quant_random},
+                           {"software division", test_quant_soft_div},
                            {"NaN / Inf input", test_quant_non_finite},
                            {"q_matmul int8 exact", test_q_matmul},
                            {"q_matmul golden and fallbacks", test_q_matmul_golden},

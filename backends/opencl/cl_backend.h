@@ -83,6 +83,10 @@ typedef struct ember__cl_state {
      * CPU devices and for m <= 8, the local-memory tiled kernels otherwise); 1 forces tiled, 2
      * forces rows (tests set it to cover both on any device). */
     int gemm_variant;
+    /* 1: quantize divides with the fma-corrected software division (kernels/quant.cl) even where
+     * the device divides exactly (tests set it; devices without either exact path use it anyway);
+     * 2: the same, starting 2 ulp away from the device's quotient (tests: the correction works). */
+    int soft_div;
 } ember__cl_state;
 
 /* 1 when a GEMM of m rows on dev runs the barrier-free "rows" kernels (see gemm_variant). */

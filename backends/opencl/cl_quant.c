@@ -77,9 +77,12 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
         int *bad = (int *)(void *)(raw + nb); /* raw holds 2*nb words */
         EMBER_TRY(ember__cl_temp(s, dev, "quantize", nb * sizeof(float), NULL, &tmp[0]));
         EMBER_TRY(ember__cl_temp(s, dev, "quantize", nb * sizeof(cl_int), NULL, &tmp[1]));
-        size_t l = 64; /* a power of two: the reduction halves it */
-        while (l > s->dev[dev].max_wg)
-            l /= 2;
+        size_t bn = 1; /* elements per block */
+        for (int d = 0; d < q->rank; d++)
+            bn *= (size_t)block.s[d];
+        size_t l = 1; /* a power of two (the reduction halves it), up to 64, no more than bn */
+        while (l < 64 && l < bn && l * 2 <= s->dev[dev].max_wg)
+            l *= 2;
         const ember__cl_arg args[] = {EMBER_CL_ARG(X),     EMBER_CL_ARG(tmp[0]),
                                       EMBER_CL_ARG(tmp[1]), EMBER_CL_ARG(rank),
                                       EMBER_CL_ARG(shape), EMBER_CL_ARG(block),
@@ -138,8 +141,10 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
         EMBER_CL_ARG(rank), EMBER_CL_ARG(shape), EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
     size_t l = s->dev[dev].max_wg >= 256 ? 256 : s->dev[dev].max_wg;
     size_t gsz = ember__cl_round_up((size_t)(rows * U), l);
-    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_quantize", 16, args, 1, &gsz,
-                               &l));
+    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", s->soft_div == 2   ? "-DEMBER_SOFT_DIV=1 -DEMBER_SOFT_DIV_TEST=1"
+                               : s->soft_div ? "-DEMBER_SOFT_DIV=1"
+                                             : "",
+                               "q_quantize", 16, args, 1, &gsz, &l));
     return EMBER_OK;
 }
 

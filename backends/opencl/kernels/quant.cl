@@ -8,7 +8,7 @@
  * global f32 scale for two-level schemes (g * s_b, rounded once to f32). The division is exact
  * (correctly rounded) f32: the host builds with -cl-fp32-correctly-rounded-divide-sqrt where the
  * device supports it, else divides in double (EMBER_HAVE_FP64; double rounding is innocuous for a
- * quotient of two floats), else uses the device's division (documented as possibly inexact).
+ * quotient of two floats), else corrects the device's quotient with fma residuals (div_exact).
  * FP_CONTRACT is off so that no multiply is fused with anything.
  *
  * Layout of a quantized buffer (burn's QuantizedBytes): values at byte 0, block scales at
@@ -29,8 +29,34 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
+/* x / s correctly rounded. With EMBER_SOFT_DIV (devices with neither correctly rounded division
+ * nor fp64; tests force it to cover it): start from the device's quotient (OpenCL allows 2.5 ulp)
+ * and step to the neighbour whose residual x - c*s, exact through fma, is smallest; a quotient of
+ * two floats is never exactly halfway between two floats, so the nearest is unique. */
 static float div_exact(float x, float s) {
-#if defined(EMBER_CR_DIVIDE) || !defined(EMBER_HAVE_FP64)
+#if defined(EMBER_SOFT_DIV) || (!defined(EMBER_CR_DIVIDE) && !defined(EMBER_HAVE_FP64))
+    float q = x / s;
+    if (!isfinite(q) || q == 0.0f)
+        return q;
+#ifdef EMBER_SOFT_DIV_TEST
+    q = nextafter(nextafter(q, INFINITY), INFINITY); /* tests: start 2 ulp off */
+#endif
+    float r = fabs(fma(-q, s, x));
+    for (int it = 0; it < 4; it++) {
+        const float up = nextafter(q, INFINITY), dn = nextafter(q, -INFINITY);
+        const float ru = fabs(fma(-up, s, x)), rd = fabs(fma(-dn, s, x));
+        if (ru < r && ru <= rd) {
+            q = up;
+            r = ru;
+        } else if (rd < r) {
+            q = dn;
+            r = rd;
+        } else {
+            break;
+        }
+    }
+    return q;
+#elif defined(EMBER_CR_DIVIDE)
     return x / s;
 #else
     return (float)((double)x / (double)s);
