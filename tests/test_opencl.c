@@ -41,8 +41,8 @@ static ember_tensor *alloc_t(ember_device d, ember_dtype dt, int rank, const int
 
 static void read_raw(const ember_tensor *t, void *dst) {
     const ember_backend_ops *o = ctx->be[t->device.backend].ops;
-    TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst,
-                      t->nbytes));
+    TU_OK(
+        o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
 }
 
 static int bits_equal(const float *a, const float *b, size_t n) {
@@ -143,7 +143,8 @@ static void test_upload_download(void) {
  * |C - ref| <= 4 * k * FLT_EPSILON * sum_k |a||b| + |beta * c0| * FLT_EPSILON. */
 static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha,
                       float beta) {
-    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n), csz = (size_t)(batch * m * n);
+    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n),
+           csz = (size_t)(batch * m * n);
     float *A = malloc(asz * 4 + 4), *B = malloc(bsz * 4 + 4), *C0 = malloc(csz * 4 + 4);
     float *Ccl = malloc(csz * 4 + 4), *Ccpu = malloc(csz * 4 + 4);
     tu_rand_f32(&rng, A, asz, -1.0f, 1.0f);
@@ -182,12 +183,14 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
                 }
                 size_t o = (size_t)(bi * m * n + i * n + j);
                 double ref = alpha * acc + (beta != 0.0f ? beta * (double)C0[o] : 0.0);
-                double tol = 4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
+                double tol =
+                    4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
                 for (int w = 0; w < 2; w++)
                     if (fabs(outs[w][o] - ref) > tol + 1e-30) {
-                        fprintf(stderr, "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n",
-                                ta, tb, (long long)m, (long long)n, (long long)k,
-                                w ? "cpu" : "opencl", o, outs[w][o], ref);
+                        fprintf(stderr,
+                                "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n", ta,
+                                tb, (long long)m, (long long)n, (long long)k, w ? "cpu" : "opencl",
+                                o, outs[w][o], ref);
                         bad = 1;
                     }
             }
@@ -245,7 +248,7 @@ static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, cons
         ember_tensor *a = from_f32(devs[w], ra, sa, A), *b = from_f32(devs[w], rb, sb, B);
         ember_tensor *o = alloc_t(devs[w], EMBER_F32, bc.rank, out_shape);
         TU_OK(ctx->be[devs[w].backend].ops->binary_f32(ctx->be[devs[w].backend].state, 0, op, &bc,
-                                                        a, b, o));
+                                                       a, b, o));
         TU_OK(ember_tensor_read(o, outs[w], no * 4));
         ember_tensor_free(a);
         ember_tensor_free(b);
@@ -277,8 +280,8 @@ static void test_sum_rows(void) {
     float *outs[2] = {o1, o2};
     for (int w = 0; w < 2; w++) {
         ember_tensor *x = from_f32(devs[w], 2, sh, X), *o = alloc_t(devs[w], EMBER_F32, 1, osh);
-        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x,
-                                                          rows, cols, o));
+        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x, rows,
+                                                         cols, o));
         TU_OK(ember_tensor_read(o, outs[w], sizeof o1));
         ember_tensor_free(x);
         ember_tensor_free(o);
@@ -299,9 +302,10 @@ static void test_convert(void) {
     float *x = malloc(N * 4), *back = malloc(N * 4), *ref = malloc(N * 4);
     uint16_t *h = malloc(N * 2), *href = malloc(N * 2);
     tu_rand_f32(&rng, x, N, -70000.0f, 70000.0f);
-    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 65504.0f,
-                             65520.0f, 6.1e-5f, 5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
-                             3.0f + 0x1p-10f, FLT_MAX, FLT_MIN};
+    const float special[] = {0.0f,     -0.0f,    INFINITY,       -INFINITY,       NAN,
+                             1e-40f,   -3e-39f,  65504.0f,       65520.0f,        6.1e-5f,
+                             5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 3.0f + 0x1p-10f,
+                             FLT_MAX,  FLT_MIN};
     memcpy(x, special, sizeof special);
     for (size_t i = 100; i < 600; i++) /* small values: the f16 subnormal range */
         x[i] = x[i] * 1e-9f;
@@ -549,7 +553,8 @@ static void q_roundtrip(const ember_qscheme *s, int rank, const int64_t *shape, 
     int same = memcmp(got_cl, got_cpu, L.total_bytes) == 0;
     for (size_t i = 0; !same && i < L.total_bytes; i++)
         if (got_cl[i] != got_cpu[i]) {
-            fprintf(stderr, "  %s/%s block_rank %d two-level %d: byte %zu of %zu: opencl %02x cpu %02x\n",
+            fprintf(stderr,
+                    "  %s/%s block_rank %d two-level %d: byte %zu of %zu: opencl %02x cpu %02x\n",
                     ember_qvalue_name(s->value), ember_qstore_name(s->store), s->block_rank,
                     s->tensor_level, i, L.total_bytes, got_cl[i], got_cpu[i]);
             break;
@@ -674,11 +679,11 @@ static void test_quant_random(void) {
     static const struct {
         ember_qvalue v;
         ember_qstore s;
-    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},     {EMBER_Q8S, EMBER_QSTORE_NATIVE},
-                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32}, {EMBER_E4M3, EMBER_QSTORE_NATIVE},
-                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},    {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
+    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},         {EMBER_Q8S, EMBER_QSTORE_NATIVE},
+                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32},     {EMBER_E4M3, EMBER_QSTORE_NATIVE},
+                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},        {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
                  {EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE}, {EMBER_E2M1, EMBER_QSTORE_PACKED_U32}};
     int64_t shape[3] = {3, 6, 20}; /* the last dim leaves partial words for every packing */
     size_t numel = 3 * 6 * 20;
@@ -730,20 +735,20 @@ static void test_quant_random(void) {
  * forced here: the same bytes as the CPU. Values near rounding ties of x / s stress it. */
 static void test_quant_soft_div(void) {
     for (int mode = 1; mode <= 2; mode++) {
-    cls()->soft_div = mode;
-    float x[512];
-    int64_t sh[2] = {8, 64}, blk[1] = {16};
-    tu_rand_f32(&rng, x, 512, -3.0f, 3.0f);
-    x[0] = 3.0f; /* alpha = 3: s = 3/127, and x = (j + 0.5) * s lands within an ulp of ties */
-    for (int j = 1; j < 200; j++)
-        x[j] = ((float)(j % 120) + 0.5f) * (3.0f / 127.0f);
-    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    q_roundtrip(&q8, 2, sh, x, NULL, NULL);
-    ember_qscheme q4 = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 1, blk);
-    q4.block_scale = EMBER_SCALE_F16;
-    q_roundtrip(&q4, 2, sh, x, NULL, NULL);
-    ember_qscheme e4 = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
-    q_roundtrip(&e4, 2, sh, x, NULL, NULL);
+        cls()->soft_div = mode;
+        float x[512];
+        int64_t sh[2] = {8, 64}, blk[1] = {16};
+        tu_rand_f32(&rng, x, 512, -3.0f, 3.0f);
+        x[0] = 3.0f; /* alpha = 3: s = 3/127, and x = (j + 0.5) * s lands within an ulp of ties */
+        for (int j = 1; j < 200; j++)
+            x[j] = ((float)(j % 120) + 0.5f) * (3.0f / 127.0f);
+        ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&q8, 2, sh, x, NULL, NULL);
+        ember_qscheme q4 = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 1, blk);
+        q4.block_scale = EMBER_SCALE_F16;
+        q_roundtrip(&q4, 2, sh, x, NULL, NULL);
+        ember_qscheme e4 = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&e4, 2, sh, x, NULL, NULL);
     }
     cls()->soft_div = 0;
 }
@@ -912,8 +917,8 @@ static void test_q_matmul_fallbacks(void) {
         TU_OK(ember_quantize(wt, &pt, &wq));
         TU_OK(ember_quantize(a, &pb, &aq));
         TU_OK(ember_quantize(wt, &pt, &wq2));
-        TU_OK(ember_q_matmul(a, wq, &o[0]));  /* (F, Q) */
-        TU_OK(ember_q_matmul(aq, wt, &o[1])); /* (Q, F) */
+        TU_OK(ember_q_matmul(a, wq, &o[0]));   /* (F, Q) */
+        TU_OK(ember_q_matmul(aq, wt, &o[1]));  /* (Q, F) */
         TU_OK(ember_q_matmul(aq, wq2, &o[2])); /* (Q, Q), per-block lhs */
         for (int i = 0; i < 3; i++) {
             if (o[i]) {

@@ -63,10 +63,15 @@ static void test_selection(void) {
         const char *platform, *device;
         int min, max;
     } cases[] = {
-        {"0", NULL, 1, n},       {psub, NULL, 1, n},      {"999", NULL, 0, 0},
-        {"zz-no-such-platform", NULL, 0, 0},             {NULL, "0", 1, 1},
-        {NULL, dsub, 1, n},      {NULL, "zz-no-such-device", 0, 0},
-        {NULL, "4096", 0, 0},    {psub, dsub, 1, n},
+        {"0", NULL, 1, n},
+        {psub, NULL, 1, n},
+        {"999", NULL, 0, 0},
+        {"zz-no-such-platform", NULL, 0, 0},
+        {NULL, "0", 1, 1},
+        {NULL, dsub, 1, n},
+        {NULL, "zz-no-such-device", 0, 0},
+        {NULL, "4096", 0, 0},
+        {psub, dsub, 1, n},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ember_context *c = ctx_with(cases[i].platform, cases[i].device, NULL, NULL);
@@ -111,7 +116,10 @@ static void test_int8_path(void) {
     static const struct {
         const char *forced;
         const char *want; /* NULL: generic unless the device has that path */
-    } cases[] = {{"generic", "opencl.generic"}, {"dot4", NULL}, {"mma", NULL}, {"wgmma", NULL},
+    } cases[] = {{"generic", "opencl.generic"},
+                 {"dot4", NULL},
+                 {"mma", NULL},
+                 {"wgmma", NULL},
                  {"no-such-path", "opencl.generic"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         c = ctx_with(NULL, NULL, cases[i].forced, NULL);
@@ -138,9 +146,10 @@ static void test_error_names(void) {
                            "CL_BUILD_PROGRAM_FAILURE");
     CU_ASSERT_STRING_EQUAL(ember__cl_error_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR");
     CU_ASSERT_STRING_EQUAL(ember__cl_error_name(-12345), "CL_UNKNOWN_ERROR");
-    TU_ASSERT_STATUS(ember__cl_fail("gemm_f32", "clEnqueueNDRangeKernel", 0, CL_INVALID_KERNEL_ARGS),
-                     EMBER_ERR_DEVICE,
-                     "gemm_f32: clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_KERNEL_ARGS (-52)");
+    TU_ASSERT_STATUS(
+        ember__cl_fail("gemm_f32", "clEnqueueNDRangeKernel", 0, CL_INVALID_KERNEL_ARGS),
+        EMBER_ERR_DEVICE,
+        "gemm_f32: clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_KERNEL_ARGS (-52)");
 
     /* real CL errors from the device, through the backend's own paths */
     ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
@@ -148,7 +157,8 @@ static void test_error_names(void) {
     size_t one = 1;
     TU_ASSERT_STATUS(ember__cl_launch(s, 0, "test_op", "elementwise", "", "no_such_kernel", 0, NULL,
                                       1, &one, NULL),
-                     EMBER_ERR_DEVICE, "test_op: clCreateKernel failed on opencl:0: CL_INVALID_KERNEL_NAME");
+                     EMBER_ERR_DEVICE,
+                     "test_op: clCreateKernel failed on opencl:0: CL_INVALID_KERNEL_NAME");
     /* a work-group that does not divide the global size (OpenCL 1.x rule; 2.0+ devices may
      * accept non-uniform groups, then the launch succeeds) */
     cl_mem m;
@@ -157,10 +167,11 @@ static void test_error_names(void) {
     const ember__cl_arg args[4] = {EMBER_CL_ARG(m), EMBER_CL_ARG(z), EMBER_CL_ARG(z),
                                    EMBER_CL_ARG(m)};
     size_t g = 5, l = 3;
-    ember_status st = ember__cl_launch(s, 0, "test_op", "elementwise", "", "sum_rows_f32", 4, args,
-                                       1, &g, &l);
+    ember_status st =
+        ember__cl_launch(s, 0, "test_op", "elementwise", "", "sum_rows_f32", 4, args, 1, &g, &l);
     if (st != EMBER_OK)
-        TU_ASSERT_STATUS(st, EMBER_ERR_DEVICE, "clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_WORK_GROUP_SIZE");
+        TU_ASSERT_STATUS(st, EMBER_ERR_DEVICE,
+                         "clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_WORK_GROUP_SIZE");
     /* reads past the end of a buffer: CL_INVALID_VALUE */
     char buf[8];
     TU_ASSERT_STATUS(ember__cl_read(s, 0, "test_op", m, 60, buf, 8), EMBER_ERR_DEVICE,
@@ -188,8 +199,9 @@ static void test_build_failure(void) {
     CU_ASSERT_PTR_EQUAL(p, (cl_program)(uintptr_t)1); /* untouched on failure */
     /* bad options are a build failure too */
     const char *fine = "__kernel void fine(__global int *o) { o[0] = 1; }\n";
-    TU_ASSERT_STATUS(ember__cl_program_get_src(s, 0, "fine_test", fine, "-cl-no-such-option-xyz", &p),
-                     EMBER_ERR_KERNEL_BUILD, "fine_test");
+    TU_ASSERT_STATUS(
+        ember__cl_program_get_src(s, 0, "fine_test", fine, "-cl-no-such-option-xyz", &p),
+        EMBER_ERR_KERNEL_BUILD, "fine_test");
     TU_OK(ember__cl_program_get_src(s, 0, "fine_test", fine, "", &p));
     cl_program again = NULL;
     TU_OK(ember__cl_program_get_src(s, 0, "fine_test", fine, "", &again));

@@ -64,9 +64,9 @@ ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, cons
     cl_int ta = g->trans_a, tb = g->trans_b;
     cl_long m = g->m, n = g->n, k = g->k;
     cl_float alpha = g->alpha, beta = g->beta;
-    const ember__cl_arg args[] = {EMBER_CL_ARG(ta), EMBER_CL_ARG(tb), EMBER_CL_ARG(m),
-                                  EMBER_CL_ARG(n),  EMBER_CL_ARG(k),  EMBER_CL_ARG(A),
-                                  EMBER_CL_ARG(ao), EMBER_CL_ARG(B),  EMBER_CL_ARG(bo),
+    const ember__cl_arg args[] = {EMBER_CL_ARG(ta), EMBER_CL_ARG(tb),    EMBER_CL_ARG(m),
+                                  EMBER_CL_ARG(n),  EMBER_CL_ARG(k),     EMBER_CL_ARG(A),
+                                  EMBER_CL_ARG(ao), EMBER_CL_ARG(B),     EMBER_CL_ARG(bo),
                                   EMBER_CL_ARG(C),  EMBER_CL_ARG(alpha), EMBER_CL_ARG(beta)};
     size_t local[3], global[3];
     if (rows) {
@@ -80,10 +80,9 @@ ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, cons
         global[1] = ember__cl_round_up((size_t)g->m, (size_t)tm) / (size_t)tm * lx;
     }
     global[2] = (size_t)g->batch;
-    ember_status st = ember__cl_launch(s, dev, "gemm_f32", "gemm", opts,
-                                       rows ? "gemm_f32_rows" : "gemm_f32",
-                                       (int)(sizeof args / sizeof args[0]), args, 3, global,
-                                       rows ? NULL : local);
+    ember_status st =
+        ember__cl_launch(s, dev, "gemm_f32", "gemm", opts, rows ? "gemm_f32_rows" : "gemm_f32",
+                         (int)(sizeof args / sizeof args[0]), args, 3, global, rows ? NULL : local);
     clReleaseMemObject(ao);
     clReleaseMemObject(bo);
     return st;

@@ -40,11 +40,11 @@ static ember_status run_tiled(ember__cl_state *s, int dev, const ember__cl_qgemm
                  dot4 ? " -DEMBER_DOT4=1" : "");
     cl_int ta = q->trans_a, tb = q->trans_b;
     cl_long m = q->m, n = q->n, k = q->k, lda = q->lda, ldb = q->ldb;
-    const ember__cl_arg args[] = {
-        EMBER_CL_ARG(ta),    EMBER_CL_ARG(tb),  EMBER_CL_ARG(m),    EMBER_CL_ARG(n),
-        EMBER_CL_ARG(k),     EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(lda),
-        EMBER_CL_ARG(q->b),  EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(ldb), EMBER_CL_ARG(q->out),
-        EMBER_CL_ARG(q->scale)};
+    const ember__cl_arg args[] = {EMBER_CL_ARG(ta),       EMBER_CL_ARG(tb),  EMBER_CL_ARG(m),
+                                  EMBER_CL_ARG(n),        EMBER_CL_ARG(k),   EMBER_CL_ARG(q->a),
+                                  EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(lda), EMBER_CL_ARG(q->b),
+                                  EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(ldb), EMBER_CL_ARG(q->out),
+                                  EMBER_CL_ARG(q->scale)};
     size_t local[3], global[3];
     if (rows) {
         global[0] = ((size_t)q->n + 15) / 16; /* no barriers: any local size */
@@ -58,7 +58,8 @@ static ember_status run_tiled(ember__cl_state *s, int dev, const ember__cl_qgemm
     }
     global[2] = (size_t)q->batch;
     return ember__cl_launch(s, dev, "q_matmul", "qgemm", opts, rows ? "qgemm_i8_rows" : "qgemm_i8",
-                            (int)(sizeof args / sizeof args[0]), args, 3, global, rows ? NULL : local);
+                            (int)(sizeof args / sizeof args[0]), args, 3, global,
+                            rows ? NULL : local);
 }
 
 static ember_status run_generic(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
@@ -153,11 +154,20 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
                               NULL);
     }
     if (st == EMBER_OK) {
-        ember__cl_qgemm_args q = {
-            .trans_a = g->trans_a, .trans_b = g->trans_b, .m = g->m, .n = g->n, .k = g->k,
-            .batch = g->batch, .a = ember__cl_mem(a), .b = ember__cl_mem(b), .out = out_mem,
-            .a_off = tmp[0], .b_off = tmp[1], .scale = tmp[2], .lda = row_bytes(a),
-            .ldb = row_bytes(b)};
+        ember__cl_qgemm_args q = {.trans_a = g->trans_a,
+                                  .trans_b = g->trans_b,
+                                  .m = g->m,
+                                  .n = g->n,
+                                  .k = g->k,
+                                  .batch = g->batch,
+                                  .a = ember__cl_mem(a),
+                                  .b = ember__cl_mem(b),
+                                  .out = out_mem,
+                                  .a_off = tmp[0],
+                                  .b_off = tmp[1],
+                                  .scale = tmp[2],
+                                  .lda = row_bytes(a),
+                                  .ldb = row_bytes(b)};
         st = s->dev[dev].qpath->run(s, dev, &q);
     }
     for (int i = 0; i < 3; i++)

@@ -31,7 +31,10 @@ static qfacts facts_of(const ember_qscheme *s) {
     qfacts f;
     memset(&f, 0, sizeof f);
     f.bits = vi->bits;
-    f.vkind = s->value == EMBER_E4M3 ? 1 : s->value == EMBER_E5M2 ? 2 : s->value == EMBER_E2M1 ? 3 : 0;
+    f.vkind = s->value == EMBER_E4M3   ? 1
+              : s->value == EMBER_E5M2 ? 2
+              : s->value == EMBER_E2M1 ? 3
+                                       : 0;
     f.qa = (int)vi->lo;
     f.qb = (int)vi->hi;
     f.per = ember__qstore_per_unit(s);
@@ -83,14 +86,18 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
         size_t l = 1; /* a power of two (the reduction halves it), up to 64, no more than bn */
         while (l < 64 && l < bn && l * 2 <= s->dev[dev].max_wg)
             l *= 2;
-        const ember__cl_arg args[] = {EMBER_CL_ARG(X),     EMBER_CL_ARG(tmp[0]),
-                                      EMBER_CL_ARG(tmp[1]), EMBER_CL_ARG(rank),
-                                      EMBER_CL_ARG(shape), EMBER_CL_ARG(block),
-                                      EMBER_CL_ARG(grid),  EMBER_CL_LOCAL(l * sizeof(float)),
+        const ember__cl_arg args[] = {EMBER_CL_ARG(X),
+                                      EMBER_CL_ARG(tmp[0]),
+                                      EMBER_CL_ARG(tmp[1]),
+                                      EMBER_CL_ARG(rank),
+                                      EMBER_CL_ARG(shape),
+                                      EMBER_CL_ARG(block),
+                                      EMBER_CL_ARG(grid),
+                                      EMBER_CL_LOCAL(l * sizeof(float)),
                                       EMBER_CL_LOCAL(l * sizeof(cl_int))};
         size_t gsz = nb * l;
-        EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_absmax", 9, args, 1, &gsz,
-                                   &l));
+        EMBER_TRY(
+            ember__cl_launch(s, dev, "quantize", "quant", "", "q_absmax", 9, args, 1, &gsz, &l));
         EMBER_TRY(ember__cl_read(s, dev, "quantize", tmp[0], 0, raw, nb * sizeof(float)));
         EMBER_TRY(ember__cl_read(s, dev, "quantize", tmp[1], 0, bad, nb * sizeof(cl_int)));
         for (size_t b = 0; b < nb; b++) {
@@ -109,8 +116,8 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
 
     /* 2. the scales, on the host */
     if (scales) {
-        EMBER_TRY(ember__cl_read(s, dev, "quantize", ember__cl_mem(scales), 0, raw,
-                                 nb * sizeof(float)));
+        EMBER_TRY(
+            ember__cl_read(s, dev, "quantize", ember__cl_mem(scales), 0, raw, nb * sizeof(float)));
     } else {
         const ember__qvalue_info *vi = ember__qvalue_get_info(sc->value);
         for (size_t b = 0; b < nb; b++)
@@ -135,15 +142,16 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
     cl_long U = (L + f.per - 1) / f.per;
     cl_int per = f.per, bits = f.bits, ub = f.unit_bytes, vk = f.vkind, qa = f.qa, qb = f.qb;
     const ember__cl_arg args[] = {
-        EMBER_CL_ARG(X),    EMBER_CL_ARG(Q),    EMBER_CL_ARG(tmp[2]), EMBER_CL_ARG(rows),
-        EMBER_CL_ARG(L),    EMBER_CL_ARG(U),    EMBER_CL_ARG(per),    EMBER_CL_ARG(bits),
-        EMBER_CL_ARG(ub),   EMBER_CL_ARG(vk),   EMBER_CL_ARG(qa),     EMBER_CL_ARG(qb),
-        EMBER_CL_ARG(rank), EMBER_CL_ARG(shape), EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
+        EMBER_CL_ARG(X),    EMBER_CL_ARG(Q),     EMBER_CL_ARG(tmp[2]), EMBER_CL_ARG(rows),
+        EMBER_CL_ARG(L),    EMBER_CL_ARG(U),     EMBER_CL_ARG(per),    EMBER_CL_ARG(bits),
+        EMBER_CL_ARG(ub),   EMBER_CL_ARG(vk),    EMBER_CL_ARG(qa),     EMBER_CL_ARG(qb),
+        EMBER_CL_ARG(rank), EMBER_CL_ARG(shape), EMBER_CL_ARG(block),  EMBER_CL_ARG(grid)};
     size_t l = s->dev[dev].max_wg >= 256 ? 256 : s->dev[dev].max_wg;
     size_t gsz = ember__cl_round_up((size_t)(rows * U), l);
-    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", s->soft_div == 2   ? "-DEMBER_SOFT_DIV=1 -DEMBER_SOFT_DIV_TEST=1"
-                               : s->soft_div ? "-DEMBER_SOFT_DIV=1"
-                                             : "",
+    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant",
+                               s->soft_div == 2 ? "-DEMBER_SOFT_DIV=1 -DEMBER_SOFT_DIV_TEST=1"
+                               : s->soft_div    ? "-DEMBER_SOFT_DIV=1"
+                                                : "",
                                "q_quantize", 16, args, 1, &gsz, &l));
     return EMBER_OK;
 }
@@ -188,15 +196,16 @@ static ember_status dequantize_f32(ember__cl_state *s, int dev, const ember_tens
     cl_long U = (L + f.per - 1) / f.per;
     cl_int per = f.per, bits = f.bits, ub = f.unit_bytes, vk = f.vkind;
     cl_long soff = (cl_long)q->q.scales_offset;
-    cl_int sdt = (cl_int)ember__qscheme_scale_dtype(sc), ssize = (cl_int)ember__scale_dtype_size(ember__qscheme_scale_dtype(sc));
+    cl_int sdt = (cl_int)ember__qscheme_scale_dtype(sc),
+           ssize = (cl_int)ember__scale_dtype_size(ember__qscheme_scale_dtype(sc));
     cl_long goff = q->q.global_bytes == 4 ? (cl_long)q->q.global_offset : -1;
     cl_int rank = q->rank;
-    const ember__cl_arg args[] = {
-        EMBER_CL_ARG(Q),    EMBER_CL_ARG(out),   EMBER_CL_ARG(numel), EMBER_CL_ARG(L),
-        EMBER_CL_ARG(U),    EMBER_CL_ARG(per),   EMBER_CL_ARG(bits),  EMBER_CL_ARG(ub),
-        EMBER_CL_ARG(vk),   EMBER_CL_ARG(soff),  EMBER_CL_ARG(sdt),   EMBER_CL_ARG(ssize),
-        EMBER_CL_ARG(goff), EMBER_CL_ARG(rank),  EMBER_CL_ARG(shape), EMBER_CL_ARG(block),
-        EMBER_CL_ARG(grid)};
+    const ember__cl_arg args[] = {EMBER_CL_ARG(Q),     EMBER_CL_ARG(out),  EMBER_CL_ARG(numel),
+                                  EMBER_CL_ARG(L),     EMBER_CL_ARG(U),    EMBER_CL_ARG(per),
+                                  EMBER_CL_ARG(bits),  EMBER_CL_ARG(ub),   EMBER_CL_ARG(vk),
+                                  EMBER_CL_ARG(soff),  EMBER_CL_ARG(sdt),  EMBER_CL_ARG(ssize),
+                                  EMBER_CL_ARG(goff),  EMBER_CL_ARG(rank), EMBER_CL_ARG(shape),
+                                  EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
     size_t l = s->dev[dev].max_wg >= 256 ? 256 : s->dev[dev].max_wg;
     size_t gsz = ember__cl_round_up(q->numel, l);
     return ember__cl_launch(s, dev, "dequantize", "quant", "", "q_dequantize", 17, args, 1, &gsz,
