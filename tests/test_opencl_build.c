@@ -4,6 +4,7 @@
  * Exit 77 (skipped) when no OpenCL device is found. Only tiny programs are built. */
 #include <ctype.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -288,6 +289,80 @@ static void test_disk_cache(void) {
     rmdir(dir);
 }
 
+/* Several threads racing on a fresh context: each program is built once (under the device's
+ * lock) and every thread gets the right answer. */
+typedef struct race_arg {
+    ember_context *ctx;
+    int ok;
+} race_arg;
+
+static void *race_body(void *p) {
+    race_arg *r = p;
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4] = {0};
+    int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    ember_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+    r->ok = ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sa, a, &ta) == EMBER_OK &&
+            ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sb, b, &tb) == EMBER_OK &&
+            ember_matmul(ta, tb, &tc) == EMBER_OK && ember_tensor_read(tc, c, sizeof c) == EMBER_OK &&
+            c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11;
+    ember_tensor_free(ta);
+    ember_tensor_free(tb);
+    ember_tensor_free(tc);
+    return NULL;
+}
+
+static void test_threads(void) {
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    pthread_t th[4];
+    race_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i].ctx = c;
+        args[i].ok = 0;
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, race_body, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_TRUE(args[i].ok);
+    }
+    int programs = 0;
+    for (ember__cl_program *p = cls_of(c)->dev[0].programs; p; p = p->next)
+        programs++;
+    CU_ASSERT_EQUAL(programs, 1); /* gemm, once */
+    ember_context_destroy(c);
+}
+
+/* Allocation failures while a fresh context builds its first program and runs an op: each one
+ * reported as OUT_OF_MEMORY, nothing leaked, and the op works once allocations succeed. */
+static void test_alloc_failures(void) {
+    float a[4] = {1, 2, 3, 4}, c[4];
+    int64_t sh[2] = {2, 2};
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    int ok = 0;
+    for (long n = 1; n < 40 && !ok; n++) {
+        ember_context *ctx = ctx_with(NULL, NULL, NULL, NULL);
+        ember_tensor *t = NULL, *o = NULL;
+        TU_OK(ember_tensor_from_data(ctx, cl, EMBER_F32, 2, sh, a, &t));
+        long live = ember__alloc_live();
+        ember__alloc_fail_at(n);
+        ember_status st = ember_matmul(t, t, &o);
+        ember__alloc_fail_at(0);
+        if (st == EMBER_OK) {
+            ok = 1;
+            TU_OK(ember_tensor_read(o, c, sizeof c));
+            CU_ASSERT_TRUE(c[0] == 7 && c[1] == 10 && c[2] == 15 && c[3] == 22);
+            ember_tensor_free(o);
+        } else {
+            CU_ASSERT_EQUAL(st, EMBER_ERR_OUT_OF_MEMORY);
+            CU_ASSERT_PTR_NULL(o);
+            CU_ASSERT_EQUAL(ember__alloc_live(), live);
+        }
+        ember_tensor_free(t);
+        ember_context_destroy(ctx);
+    }
+    CU_ASSERT_TRUE(ok);
+}
+
 static int suite_init(void) {
     rng = tu_seed();
     return 0;
@@ -310,6 +385,8 @@ int main(void) {
                            {"CL error names in the detail", test_error_names},
                            {"kernel build failure", test_build_failure},
                            {"disk cache", test_disk_cache},
+                           {"threads racing on a fresh context", test_threads},
+                           {"allocation failures on first use", test_alloc_failures},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl machinery", suite_init, NULL, NULL, NULL, tests},
                              CU_SUITE_INFO_NULL};
