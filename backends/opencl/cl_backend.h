@@ -80,7 +80,7 @@ typedef struct ember__cl_state {
     ember__cl_device *dev; /* ndev entries */
     char cache_dir[512];   /* "" = no on-disk cache */
     /* GEMM kernel shape (f32 and int8): 0 chooses per call (the barrier-free "rows" kernels on
-     * CPU devices and for m <= 8, the local-memory tiled kernels otherwise); 1 forces tiled, 2
+     * CPU devices, the local-memory tiled kernels on the others); 1 forces tiled, 2
      * forces rows (tests set it to cover both on any device). */
     int gemm_variant;
     /* 1: quantize divides with the fma-corrected software division (kernels/quant.cl) even where

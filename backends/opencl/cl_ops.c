@@ -35,7 +35,8 @@ static ember_status offsets(ember__cl_state *s, int dev, const char *op, const e
 int ember__cl_gemm_rows(const ember__cl_state *s, int dev, int64_t m) {
     if (s->gemm_variant)
         return s->gemm_variant == 2;
-    return (s->dev[dev].type & CL_DEVICE_TYPE_CPU) != 0 || m <= EMBER__CL_RM;
+    (void)m; /* GPUs: tiled even for skinny products (memory bound: B is read once either way) */
+    return (s->dev[dev].type & CL_DEVICE_TYPE_CPU) != 0;
 }
 
 /* Work-group size for the 1-D elementwise kernels; global sizes are rounded up to it. */

@@ -117,7 +117,7 @@ gemm_f32(const int trans_a, const int trans_b, const long m, const long n, const
 
 /* gemm_f32_rows: the same product without local memory or barriers, for CPU devices (PoCL runs
  * each work item's body as a loop; barrier-free code keeps the accumulators in registers, and a
- * row strip per item walks memory contiguously) and for skinny products (m <= RM) on any device.
+ * row strip per item walks memory contiguously). ember runs it on CPU devices.
  * Work item (jb, ib, batch) computes the RM x 16 block at rows ib*RM, columns jb*16: per k, one
  * float16 load of B's row (contiguous), RM broadcasts of A, RM vector multiply-adds. Edges (and
  * TRANS_B) take a scalar loop. Global size: (ceil(n/16), ceil(m/RM), batch), any local size.

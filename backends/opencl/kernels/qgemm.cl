@@ -131,7 +131,7 @@ qgemm_i8(const int trans_a, const int trans_b, const long m, const long n, const
 }
 
 /* qgemm_i8_rows: the same product and epilogue without local memory or barriers (CPU devices,
- * skinny products; see gemm_f32_rows in gemm.cl). Work item (jb, ib, batch) computes the RM x 16
+ * see gemm_f32_rows in gemm.cl). Work item (jb, ib, batch) computes the RM x 16
  * block at rows ib*RM, columns jb*16 with int16 accumulators (a char16 load of B's row per k);
  * edges and TRANS_B take a scalar loop. Global size: (ceil(n/16), ceil(m/RM), batch). */
 #ifndef RM
