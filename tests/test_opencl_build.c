@@ -4,6 +4,7 @@
  * Exit 77 (skipped) when no OpenCL device is found. Only tiny programs are built. */
 #include <ctype.h>
 #include <dirent.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,8 +305,9 @@ static void *race_body(void *p) {
     ember_tensor *ta = NULL, *tb = NULL, *tc = NULL;
     r->ok = ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sa, a, &ta) == EMBER_OK &&
             ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sb, b, &tb) == EMBER_OK &&
-            ember_matmul(ta, tb, &tc) == EMBER_OK && ember_tensor_read(tc, c, sizeof c) == EMBER_OK &&
-            c[0] == 4 && c[1] == 5 && c[2] == 10 && c[3] == 11;
+            ember_matmul(ta, tb, &tc) == EMBER_OK &&
+            ember_tensor_read(tc, c, sizeof c) == EMBER_OK && c[0] == 4 && c[1] == 5 &&
+            c[2] == 10 && c[3] == 11;
     ember_tensor_free(ta);
     ember_tensor_free(tb);
     ember_tensor_free(tc);
@@ -363,6 +365,57 @@ static void test_alloc_failures(void) {
     CU_ASSERT_TRUE(ok);
 }
 
+/* An int8 path whose program does not build on this device: q_matmul demotes the device to the
+ * generic path, once, and still answers (exactly as generic would). */
+static int always_avail(const ember__cl_device *d) {
+    (void)d;
+    return 1;
+}
+
+static ember_status run_unbuildable(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    (void)q;
+    cl_program p;
+    return ember__cl_program_get_src(
+        s, dev, "qgemm_unbuildable",
+        "__kernel void k(__global int *o) { o[0] = no_such_builtin(); }", "", &p);
+}
+
+static const ember__cl_qpath unbuildable = {"unbuildable", "opencl.unbuildable", always_avail,
+                                            run_unbuildable};
+
+static void test_qpath_demotion(void) {
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    ember__cl_device *d = &cls_of(c)->dev[0];
+    d->qpath = &unbuildable;
+    snprintf(d->int8_path, sizeof d->int8_path, "%s", unbuildable.label);
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[6] = {1, 2, 3, -1, 0.5f, 0}, w[6] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f}, out[4];
+    int64_t sa[2] = {2, 3}, sw[2] = {3, 2};
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *ta = NULL, *tw = NULL, *qa = NULL, *qw = NULL, *o = NULL;
+    TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sa, a, &ta));
+    TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sw, w, &tw));
+    TU_OK(ember_quantize(ta, &q8, &qa));
+    TU_OK(ember_quantize(tw, &q8, &qw));
+    TU_OK(ember_q_matmul(qa, qw, &o));
+    if (o) {
+        TU_OK(ember_tensor_read(o, out, sizeof out));
+        /* spec §6.5 (Q x Q), burn's dequantize-then-matmul, within float rounding */
+        const float want[4] = {2.24800062f, 3.99417162f, 0.492156982f, 1.12493026f};
+        for (int i = 0; i < 4; i++)
+            CU_ASSERT_TRUE(fabsf(out[i] - want[i]) <= 2e-6f * fabsf(want[i]));
+    }
+    ember_device_info info;
+    TU_OK(ember_device_describe(c, cl, &info));
+    CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, "opencl.generic");
+    ember_tensor_free(ta);
+    ember_tensor_free(tw);
+    ember_tensor_free(qa);
+    ember_tensor_free(qw);
+    ember_tensor_free(o);
+    ember_context_destroy(c);
+}
+
 static int suite_init(void) {
     rng = tu_seed();
     return 0;
@@ -386,6 +439,7 @@ int main(void) {
                            {"kernel build failure", test_build_failure},
                            {"disk cache", test_disk_cache},
                            {"threads racing on a fresh context", test_threads},
+                           {"an int8 path that does not build is demoted", test_qpath_demotion},
                            {"allocation failures on first use", test_alloc_failures},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl machinery", suite_init, NULL, NULL, NULL, tests},

@@ -289,7 +289,9 @@ static ember_status cl_device_describe(void *state, int dev, ember_device_info *
     snprintf(out->name, sizeof out->name, "%s", d->name);
     snprintf(out->vendor, sizeof out->vendor, "%s", d->vendor);
     snprintf(out->driver, sizeof out->driver, "%s", d->driver);
+    pthread_mutex_lock((pthread_mutex_t *)&d->lock); /* q_matmul may demote the path */
     snprintf(out->int8_matmul_path, sizeof out->int8_matmul_path, "%s", d->int8_path);
+    pthread_mutex_unlock((pthread_mutex_t *)&d->lock);
     snprintf(out->version, sizeof out->version, "%s", d->version);
     snprintf(out->extensions, sizeof out->extensions, "%s", d->extensions);
     out->memory_bytes = d->mem_bytes;

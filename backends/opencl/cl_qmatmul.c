@@ -10,7 +10,9 @@
  * run(args)}; the GPU engineer's tensor-core paths ("mma", "wgmma", kernels qgemm_mma*.cl / ptx/)
  * go in front of "dot4" with their own available() (e.g. an NVIDIA device of the right compute
  * capability). run() gets int8 operands as cl_mems with byte offsets and byte row strides, and
- * the epilogue factor as a one-float device buffer. */
+ * the epilogue factor as a one-float device buffer. A path whose program fails to build on a
+ * device (EMBER_ERR_KERNEL_BUILD: a compiler that rejects its builtins) is replaced by "generic"
+ * for that device, once, and the call is retried; int8_matmul_path then says "opencl.generic". */
 #include <stdio.h>
 #include <string.h>
 
@@ -76,6 +78,14 @@ const ember__cl_qpath ember__cl_qpaths[] = {
     {"generic", "opencl.generic", always, run_generic},
     {NULL, NULL, NULL, NULL},
 };
+
+/* The index of the "generic" row (always present). */
+static size_t generic_row(void) {
+    size_t i = 0;
+    while (ember__cl_qpaths[i].name && strcmp(ember__cl_qpaths[i].name, "generic") != 0)
+        i++;
+    return i;
+}
 
 void ember__cl_qpath_choose(ember__cl_device *d, const char *forced) {
     const ember__cl_qpath *pick = NULL, *generic = NULL;
@@ -168,7 +178,23 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
                                   .scale = tmp[2],
                                   .lda = row_bytes(a),
                                   .ldb = row_bytes(b)};
-        st = s->dev[dev].qpath->run(s, dev, &q);
+        ember__cl_device *d = &s->dev[dev];
+        const ember__cl_qpath *path = __atomic_load_n(&d->qpath, __ATOMIC_ACQUIRE);
+        st = path->run(s, dev, &q);
+        if (st == EMBER_ERR_KERNEL_BUILD && path != &ember__cl_qpaths[generic_row()]) {
+            /* a specialised path this device's compiler rejects: generic from now on (the
+             * detail of the failure stays readable with EMBER_LOG=debug) */
+            if (ember__log_level >= 2)
+                fprintf(stderr, "ember: opencl:%d: int8 path %s does not build (%s); using %s\n",
+                        dev, path->label, ember_last_error(),
+                        ember__cl_qpaths[generic_row()].label);
+            __atomic_store_n(&d->qpath, &ember__cl_qpaths[generic_row()], __ATOMIC_RELEASE);
+            pthread_mutex_lock(&d->lock);
+            snprintf(d->int8_path, sizeof d->int8_path, "%s",
+                     ember__cl_qpaths[generic_row()].label);
+            pthread_mutex_unlock(&d->lock);
+            st = ember__cl_qpaths[generic_row()].run(s, dev, &q);
+        }
     }
     for (int i = 0; i < 3; i++)
         if (tmp[i])
