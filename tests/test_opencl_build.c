@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/opencl/cl_backend.h"
@@ -416,12 +417,46 @@ static void test_qpath_demotion(void) {
     ember_context_destroy(c);
 }
 
+/* No platform at all (the ICD loader pointed at an empty vendor directory, in a child process so
+ * that the loader starts afresh): the context is created and the OpenCL backend has 0 devices. */
+static void test_no_platform(void) {
+    char dir[] = "ember-empty-icd-XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    pid_t pid = fork();
+    CU_ASSERT_TRUE_FATAL(pid >= 0);
+    if (pid == 0) {
+        setenv("OCL_ICD_VENDORS", dir, 1);
+        execl("/proc/self/exe", "test_opencl_build", "--probe-count", (char *)NULL);
+        _exit(99);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    rmdir(dir);
+    CU_ASSERT_TRUE(WIFEXITED(status));
+    CU_ASSERT_EQUAL(WEXITSTATUS(status), 0); /* context created, 0 OpenCL devices */
+}
+
+/* The child of test_no_platform: exit 0 when a context is created and has no OpenCL device. */
+static int probe_count(void) {
+    ember_context *c = NULL;
+    if (ember_context_create(NULL, &c) != EMBER_OK)
+        return 2;
+    int n = ember_device_count(c, EMBER_BACKEND_OPENCL);
+    ember_device d = {EMBER_BACKEND_OPENCL, 0};
+    ember_device_info info;
+    ember_status st = ember_device_describe(c, d, &info);
+    ember_context_destroy(c);
+    return n == 0 && st == EMBER_ERR_BACKEND_UNAVAILABLE ? 0 : 3;
+}
+
 static int suite_init(void) {
     rng = tu_seed();
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--probe-count") == 0)
+        return probe_count();
     ember_context *probe = NULL;
     if (ember_context_create(NULL, &probe) != EMBER_OK) {
         fprintf(stderr, "context_create: %s\n", ember_last_error());
@@ -434,6 +469,7 @@ int main(void) {
         return 77;
     }
     CU_TestInfo tests[] = {{"selection by EMBER_OPENCL_PLATFORM / _DEVICE", test_selection},
+                           {"no platform: 0 devices, not an error", test_no_platform},
                            {"int8 path and EMBER_OPENCL_KERNEL", test_int8_path},
                            {"CL error names in the detail", test_error_names},
                            {"kernel build failure", test_build_failure},
