@@ -27,8 +27,8 @@
  *
  * int8 matmul paths (cl_qmatmul.c). Each device gets one path at init, named in
  * ember_device_info.int8_matmul_path: "opencl.generic" (plain int MAC, any device),
- * "opencl.dot4" (cl_khr_integer_dot_product), and rows other engineers add to
- * ember__cl_qpaths[] (NVIDIA tensor cores: "mma", "wgmma"). EMBER_OPENCL_KERNEL=generic|dot4|
+ * "opencl.dot4" (cl_khr_integer_dot_product), and NVIDIA tensor-core paths ("mma", "wgmma")
+ * defined in their own files (ember__cl_qpath_at). EMBER_OPENCL_KERNEL=generic|dot4|
  * mma|wgmma forces a choice; a forced path the device cannot run falls back to generic. */
 #ifndef EMBER_CL_BACKEND_H
 #define EMBER_CL_BACKEND_H
@@ -195,9 +195,12 @@ typedef struct ember__cl_qpath {
     ember_status (*run)(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q);
 } ember__cl_qpath;
 
-/* The paths, best first, ended by a row with name NULL; the last real row is "generic", which is
- * available everywhere. */
-extern const ember__cl_qpath ember__cl_qpaths[];
+/* The i-th path, best first ("wgmma" and "mma" when built in, "dot4", then "generic", which is
+ * available everywhere); NULL past the end. A tensor-core path plugs in by defining one of
+ *   const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90", ...};
+ *   const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ...};
+ * in its own backends/opencl/ file (weak references in cl_qmatmul.c: no table to edit). */
+const ember__cl_qpath *ember__cl_qpath_at(size_t i);
 /* Pick dev's path: `forced` ("" = best available) by name, else the best available. Sets
  * d->qpath and d->int8_path. */
 void ember__cl_qpath_choose(ember__cl_device *d, const char *forced);

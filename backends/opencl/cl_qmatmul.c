@@ -6,9 +6,11 @@
  * Everything else answers EMBER_ERR_QUANT_UNSUPPORTED without a detail, and the dispatcher falls
  * back to dequantize + gemm_f32 on this same device.
  *
- * Paths: ember__cl_qpaths[] lists them best first. A path is {name, label, available(device),
- * run(args)}; the GPU engineer's tensor-core paths ("mma", "wgmma", kernels qgemm_mma*.cl / ptx/)
- * go in front of "dot4" with their own available() (e.g. an NVIDIA device of the right compute
+ * Paths, best first: "wgmma", "mma" (NVIDIA tensor cores: kernels qgemm_mma*.cl / ptx/, with
+ * their C side in a file of their own that defines `const ember__cl_qpath ember__cl_qpath_wgmma`
+ * / `ember__cl_qpath_mma`; they are weak references here, so a build without that file simply
+ * has no such path), "dot4", "generic". A path is {name, label, available(device), run(args)};
+ * available() says whether this device can run it (e.g. an NVIDIA device of the right compute
  * capability). run() gets int8 operands as cl_mems with byte offsets and byte row strides, and
  * the epilogue factor as a one-float device buffer. A path whose program fails to build on a
  * device (EMBER_ERR_KERNEL_BUILD: a compiler that rejects its builtins) is replaced by "generic"
@@ -72,26 +74,28 @@ static ember_status run_dot4(ember__cl_state *s, int dev, const ember__cl_qgemm_
     return run_tiled(s, dev, q, 1);
 }
 
-const ember__cl_qpath ember__cl_qpaths[] = {
-    /* tensor-core paths ("mma", "wgmma") go here, best first */
-    {"dot4", "opencl.dot4", has_dot4, run_dot4},
-    {"generic", "opencl.generic", always, run_generic},
-    {NULL, NULL, NULL, NULL},
-};
+static const ember__cl_qpath path_dot4 = {"dot4", "opencl.dot4", has_dot4, run_dot4};
+static const ember__cl_qpath path_generic = {"generic", "opencl.generic", always, run_generic};
 
-/* The index of the "generic" row (always present). */
-static size_t generic_row(void) {
-    size_t i = 0;
-    while (ember__cl_qpaths[i].name && strcmp(ember__cl_qpaths[i].name, "generic") != 0)
-        i++;
-    return i;
+/* The tensor-core paths, defined (when built) in their own file; absent, they are NULL. */
+extern const ember__cl_qpath ember__cl_qpath_wgmma __attribute__((weak));
+extern const ember__cl_qpath ember__cl_qpath_mma __attribute__((weak));
+
+const ember__cl_qpath *ember__cl_qpath_at(size_t i) {
+    const ember__cl_qpath *const all[] = {&ember__cl_qpath_wgmma, &ember__cl_qpath_mma, &path_dot4,
+                                          &path_generic};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) {
+        if (!all[j])
+            continue; /* a weak path not built in */
+        if (i-- == 0)
+            return all[j];
+    }
+    return NULL;
 }
 
 void ember__cl_qpath_choose(ember__cl_device *d, const char *forced) {
-    const ember__cl_qpath *pick = NULL, *generic = NULL;
-    for (const ember__cl_qpath *p = ember__cl_qpaths; p->name; p++) {
-        if (strcmp(p->name, "generic") == 0)
-            generic = p;
+    const ember__cl_qpath *pick = NULL, *generic = &path_generic, *p;
+    for (size_t i = 0; (p = ember__cl_qpath_at(i)) != NULL; i++) {
         if (forced && forced[0]) {
             if (strcmp(p->name, forced) == 0 && p->available(d))
                 pick = p;
@@ -181,19 +185,17 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
         ember__cl_device *d = &s->dev[dev];
         const ember__cl_qpath *path = __atomic_load_n(&d->qpath, __ATOMIC_ACQUIRE);
         st = path->run(s, dev, &q);
-        if (st == EMBER_ERR_KERNEL_BUILD && path != &ember__cl_qpaths[generic_row()]) {
+        if (st == EMBER_ERR_KERNEL_BUILD && path != &path_generic) {
             /* a specialised path this device's compiler rejects: generic from now on (the
              * detail of the failure stays readable with EMBER_LOG=debug) */
             if (ember__log_level >= 2)
                 fprintf(stderr, "ember: opencl:%d: int8 path %s does not build (%s); using %s\n",
-                        dev, path->label, ember_last_error(),
-                        ember__cl_qpaths[generic_row()].label);
-            __atomic_store_n(&d->qpath, &ember__cl_qpaths[generic_row()], __ATOMIC_RELEASE);
+                        dev, path->label, ember_last_error(), path_generic.label);
+            __atomic_store_n(&d->qpath, &path_generic, __ATOMIC_RELEASE);
             pthread_mutex_lock(&d->lock);
-            snprintf(d->int8_path, sizeof d->int8_path, "%s",
-                     ember__cl_qpaths[generic_row()].label);
+            snprintf(d->int8_path, sizeof d->int8_path, "%s", path_generic.label);
             pthread_mutex_unlock(&d->lock);
-            st = ember__cl_qpaths[generic_row()].run(s, dev, &q);
+            st = path_generic.run(s, dev, &q);
         }
     }
     for (int i = 0; i < 3; i++)
