@@ -865,6 +865,97 @@ static void test_q_matmul(void) {
     cls()->gemm_variant = 0;
 }
 
+/* (Q, Q) with per-row lhs / per-column rhs scales on the integer path: called through the vtable
+ * (it must take them, not decline) and through the public API; exactly
+ * 0 + (sa[i / bm] * sb[j / bn]) * (float)acc from the stored bytes and effective scales. */
+static void qmm_pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n,
+                        int64_t k, int64_t bm, int64_t bn) {
+    size_t na = (size_t)(m * k), nb = (size_t)(k * n), no = (size_t)(m * n);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4), *R = malloc(no * 4);
+    float *P = malloc(no * 4), *H = malloc(no * 4);
+    tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+    tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
+    for (int64_t j = 0; j < k; j++) /* row 1 of A much smaller: its scale differs a lot */
+        A[k + j] *= 0.01f;
+    int64_t ash[2] = {m, k}, bsh[2] = {k, n}, osh[2] = {m, n};
+    ember_tensor *at = from_f32(CL0, 2, ash, A), *bt = from_f32(CL0, 2, bsh, B);
+    ember_tensor *aq = NULL, *bq = NULL, *o = NULL;
+    TU_OK(ember_quantize(at, qa, &aq));
+    TU_OK(ember_quantize(bt, qb, &bq));
+    ember_tensor *ot = alloc_t(CL0, EMBER_F32, 2, osh);
+    int64_t z = 0;
+    ember__gemm g = {0, 0, m, n, k, 1, &z, &z, 1.0f, 0.0f};
+    TU_OK(clops()->q_matmul(cls(), 0, &g, aq, bq, ot));
+    TU_OK(ember_tensor_read(ot, O, no * 4));
+    TU_OK(ember_q_matmul(aq, bq, &o));
+    if (o)
+        TU_OK(ember_tensor_read(o, P, no * 4));
+    /* the reference */
+    int8_t *av = malloc(na), *bv = malloc(nb);
+    float *sa = malloc(aq->q.nscales * 4), *sb = malloc(bq->q.nscales * 4);
+    TU_OK(ember_qtensor_values(aq, av, na));
+    TU_OK(ember_qtensor_values(bq, bv, nb));
+    TU_OK(ember__qtensor_effective_scales(aq, sa));
+    TU_OK(ember__qtensor_effective_scales(bq, sb));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int64_t p = 0; p < k; p++)
+                acc += (int32_t)av[i * k + p] * (int32_t)bv[p * n + j];
+            R[i * n + j] = 0.0f + (sa[i / bm] * sb[j / bn]) * (float)acc;
+        }
+    CU_ASSERT_TRUE(bits_equal(O, R, no));
+    CU_ASSERT_TRUE(bits_equal(P, R, no));
+    /* the CPU backend from the same floats: its integer path when it has one, else burn's
+     * dequantize + sgemm (float rounding) */
+    ember_tensor *ah = from_f32(TU_CPU, 2, ash, A), *bh = from_f32(TU_CPU, 2, bsh, B);
+    ember_tensor *ahq = NULL, *bhq = NULL, *oh = NULL;
+    TU_OK(ember_quantize(ah, qa, &ahq));
+    TU_OK(ember_quantize(bh, qb, &bhq));
+    TU_OK(ember_q_matmul(ahq, bhq, &oh));
+    if (oh) {
+        TU_OK(ember_tensor_read(oh, H, no * 4));
+        if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
+            CU_ASSERT_TRUE(bits_equal(H, R, no));
+        } else {
+            CU_ASSERT_TRUE(close_to(H, R, no, 1e-5f));
+        }
+    }
+    ember_tensor *all[] = {at, bt, aq, bq, o, ot, ah, bh, ahq, bhq, oh};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
+    free(av);
+    free(bv);
+    free(sa);
+    free(sb);
+    free(A);
+    free(B);
+    free(O);
+    free(R);
+    free(P);
+    free(H);
+}
+
+static void test_q_matmul_per_channel(void) {
+    const int64_t m = 12, n = 40, k = 200;
+    int64_t row[2] = {1, k}, row2[2] = {2, k}, col[2] = {k, 1}, col4[2] = {k, 4};
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme ar = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, row);
+    ember_qscheme ar2 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, row2);
+    ember_qscheme bc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+    ember_qscheme bc4 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, col4);
+    bc4.block_scale = EMBER_SCALE_F16;
+    bc4.tensor_level = 1; /* two-level: g * s_b */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_pc_case(&ar, &bc, m, n, k, 1, 1);
+        qmm_pc_case(&pt, &bc, m, n, k, m, 1);
+        qmm_pc_case(&ar, &pt, m, n, k, 1, n);
+        qmm_pc_case(&ar2, &bc4, m, n, k, 2, 4);
+    }
+    cls()->gemm_variant = 0;
+}
+
 /* spec §6.5 (Quant x Quant): burn's dequantize-then-matmul numbers, within float rounding. */
 static void test_q_matmul_golden(void) {
     const float A[6] = {1, 2, 3, -1, 0.5f, 0}, W[6] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f};
@@ -998,6 +1089,7 @@ int main(void) {
                            {"software division", test_quant_soft_div},
                            {"NaN / Inf input", test_quant_non_finite},
                            {"q_matmul int8 exact", test_q_matmul},
+                           {"q_matmul per-row / per-column int8", test_q_matmul_per_channel},
                            {"q_matmul golden and fallbacks", test_q_matmul_golden},
                            {"q_matmul (F,Q) (Q,F) per-block vs cpu", test_q_matmul_fallbacks},
                            {"quantize allocation failures", test_quantize_alloc_failures},

@@ -383,7 +383,7 @@ static ember_status run_unbuildable(ember__cl_state *s, int dev, const ember__cl
 }
 
 static const ember__cl_qpath unbuildable = {"unbuildable", "opencl.unbuildable", always_avail,
-                                            run_unbuildable};
+                                            run_unbuildable, 1};
 
 static void test_qpath_demotion(void) {
     ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
@@ -436,7 +436,7 @@ static ember_status mma_run(ember__cl_state *s, int dev, const ember__cl_qgemm_a
     return last->run(s, dev, q);
 }
 
-const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_test", mma_available, mma_run};
+const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_test", mma_available, mma_run, 0};
 
 static void test_qpath_plugin(void) {
     CU_ASSERT_PTR_EQUAL(ember__cl_qpath_at(0), &ember__cl_qpath_mma); /* mma before dot4 */

@@ -176,16 +176,22 @@ ember_status ember__cl_dequantize(void *state, int dev, const ember_tensor *q, e
  * scales are the CPU backend's by construction; only per-element work runs on the device. */
 
 /* ---- int8 matmul (cl_qmatmul.c) ---- */
-/* One int8 GEMM for a path: out_i = (float)(A_i @ B_i, exact int32) * scale[0], i < batch.
+/* One int8 GEMM for a path: out_i[r, c] = 0.0f + f(r, c) * (float)(A_i @ B_i)[r, c] with the
+ * exact int32 sum, i < batch, where f = scale[0] (per-tensor operands: sa * sb, computed on the
+ * device) or, when sa is not NULL, f = sa[r / a_group] * sb[c / b_group] (per-row scales of A,
+ * per-column scales of B; one f32 multiply per element, as the CPU backend).
  * A_i is the int8 matrix at byte a_off[i] of `a`, row r / column c at byte r*lda + c (or, with
  * trans_a, element (r, c) at c*lda + r); likewise B_i (k x n) with ldb; out_i the dense row-major
  * m x n f32 block at element i*m*n of `out`. a_off / b_off are device buffers of `batch` cl_longs;
- * `scale` a device buffer holding one float (sa * sb, computed on the device). */
+ * `scale` a device buffer holding one float; sa / sb device buffers of f32 scales. */
 typedef struct ember__cl_qgemm_args {
     int trans_a, trans_b;
     int64_t m, n, k, batch;
     cl_mem a, b, out, a_off, b_off, scale;
     int64_t lda, ldb;
+    /* appended: per-row / per-column scales (NULL: per-tensor, use `scale`) */
+    cl_mem sa, sb;
+    int64_t a_group, b_group;
 } ember__cl_qgemm_args;
 
 typedef struct ember__cl_qpath {
@@ -193,6 +199,7 @@ typedef struct ember__cl_qpath {
     const char *label; /* ember_device_info.int8_matmul_path: "opencl.generic" */
     int (*available)(const ember__cl_device *d);
     ember_status (*run)(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q);
+    int per_channel; /* appended: 1 when run() honours sa / sb (else those calls take generic) */
 } ember__cl_qpath;
 
 /* The i-th path, best first ("wgmma" and "mma" when built in, "dot4", then "generic", which is

@@ -1,8 +1,11 @@
 /* backends/opencl/cl_qmatmul.c: the integer path of q_matmul on OpenCL, and its kernel paths.
  *
- * Handled: (Q, Q) with both operands Q8F or Q8S, per-tensor, stored Native or PackedU32 (the same
- * bytes, rows padded to whole words), alpha 1 and beta 0: out = (float)acc * (sa * sb) with acc
- * the exact int32 sum (kernels/qgemm.cl documents the epilogue; it is the CPU backend's).
+ * Handled: (Q, Q) with both operands Q8F or Q8S stored Native or PackedU32 (the same bytes, rows
+ * padded to whole words), alpha 1 and beta 0, each operand per-tensor (any batch) or, as plain
+ * matrices, with scales that do not change along K: per-row (blocks [bm, k]) for the lhs,
+ * per-column (blocks [k, bn]) for the rhs, two-level or not, any scale dtype. The output is
+ * 0 + (sa * sb) * (float)acc with acc the exact int32 sum (kernels/qgemm.cl documents the
+ * epilogue; it is the CPU backend's single-chunk one).
  * Everything else answers EMBER_ERR_QUANT_UNSUPPORTED without a detail, and the dispatcher falls
  * back to dequantize + gemm_f32 on this same device.
  *
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../quant/quant_impl.h"
 #include "cl_backend.h"
 
 static int always(const ember__cl_device *d) {
@@ -44,11 +48,15 @@ static ember_status run_tiled(ember__cl_state *s, int dev, const ember__cl_qgemm
                  dot4 ? " -DEMBER_DOT4=1" : "");
     cl_int ta = q->trans_a, tb = q->trans_b;
     cl_long m = q->m, n = q->n, k = q->k, lda = q->lda, ldb = q->ldb;
+    cl_int pc = q->sa != NULL;
+    cl_mem sa = q->sa ? q->sa : q->scale, sb = q->sb ? q->sb : q->scale;
+    cl_long ag = q->sa ? q->a_group : 1, bg = q->sb ? q->b_group : 1;
     const ember__cl_arg args[] = {EMBER_CL_ARG(ta),       EMBER_CL_ARG(tb),  EMBER_CL_ARG(m),
                                   EMBER_CL_ARG(n),        EMBER_CL_ARG(k),   EMBER_CL_ARG(q->a),
                                   EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(lda), EMBER_CL_ARG(q->b),
                                   EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(ldb), EMBER_CL_ARG(q->out),
-                                  EMBER_CL_ARG(q->scale)};
+                                  EMBER_CL_ARG(q->scale), EMBER_CL_ARG(pc),  EMBER_CL_ARG(sa),
+                                  EMBER_CL_ARG(ag),       EMBER_CL_ARG(sb),  EMBER_CL_ARG(bg)};
     size_t local[3], global[3];
     if (rows) {
         global[0] = ((size_t)q->n + 15) / 16; /* no barriers: any local size */
@@ -74,8 +82,8 @@ static ember_status run_dot4(ember__cl_state *s, int dev, const ember__cl_qgemm_
     return run_tiled(s, dev, q, 1);
 }
 
-static const ember__cl_qpath path_dot4 = {"dot4", "opencl.dot4", has_dot4, run_dot4};
-static const ember__cl_qpath path_generic = {"generic", "opencl.generic", always, run_generic};
+static const ember__cl_qpath path_dot4 = {"dot4", "opencl.dot4", has_dot4, run_dot4, 1};
+static const ember__cl_qpath path_generic = {"generic", "opencl.generic", always, run_generic, 1};
 
 /* The tensor-core paths, defined (when built) in their own file; absent, they are NULL. */
 extern const ember__cl_qpath ember__cl_qpath_wgmma __attribute__((weak));
@@ -109,12 +117,29 @@ void ember__cl_qpath_choose(ember__cl_device *d, const char *forced) {
     snprintf(d->int8_path, sizeof d->int8_path, "%s", pick->label);
 }
 
-/* Per-tensor Q8 (Native or PackedU32): the integer path's operands. */
-static int q8_per_tensor(const ember_tensor *t) {
+/* Q8 values (Native or PackedU32) that the integer path reads in place. */
+static int q8_values(const ember_tensor *t) {
     const ember_qscheme *s = &t->scheme;
     return t->dtype == EMBER_QFLOAT && (s->value == EMBER_Q8F || s->value == EMBER_Q8S) &&
-           (s->store == EMBER_QSTORE_NATIVE || s->store == EMBER_QSTORE_PACKED_U32) &&
-           s->block_rank == 0;
+           (s->store == EMBER_QSTORE_NATIVE || s->store == EMBER_QSTORE_PACKED_U32);
+}
+
+/* How many consecutive rows (lhs, axis -2) or columns (rhs, axis -1) share a scale: the whole
+ * extent for per-tensor, the block's extent there when the block spans all of K (the other
+ * matrix axis) and the tensor is a plain matrix; 0 when the scales change along K (per-block
+ * schemes that split K: the dequantize route). */
+static int64_t scale_group(const ember_tensor *t, int lhs) {
+    const ember_qscheme *s = &t->scheme;
+    const int64_t rows = t->shape[t->rank - 2], cols = t->shape[t->rank - 1];
+    if (s->block_rank == 0)
+        return lhs ? rows : cols;
+    if (t->rank != 2 || s->block_rank > 2)
+        return 0;
+    const int64_t bk = s->block[s->block_rank - 1]; /* along the last axis */
+    const int64_t bm = s->block_rank == 2 ? s->block[0] : 1;
+    if (lhs) /* [m, k]: blocks [bm, k] */
+        return bk == cols ? bm : 0;
+    return bm == rows ? bk : 0; /* [k, n]: blocks [k, bn] */
 }
 
 /* Bytes between rows of t's values, and the byte offsets of the batch's matrices. */
@@ -129,11 +154,32 @@ static void byte_offsets(const ember_tensor *t, const int64_t *off, int64_t n, i
         dst[i] = last ? (off[i] / last) * rb + off[i] % last : 0;
 }
 
+/* The effective f32 scales of a quantized tensor (q->q.nscales of them) into a new buffer. */
+static ember_status eff_scales(ember__cl_state *s, int dev, const ember_tensor *t, cl_mem *out) {
+    cl_long n = (cl_long)t->q.nscales;
+    EMBER_TRY(ember__cl_temp(s, dev, "q_matmul", (size_t)n * sizeof(float), NULL, out));
+    cl_mem Q = ember__cl_mem(t);
+    cl_long soff = (cl_long)t->q.scales_offset;
+    cl_int sdt = (cl_int)ember__qscheme_scale_dtype(&t->scheme);
+    cl_int ssize = (cl_int)t->q.scale_size;
+    cl_long goff = t->q.global_bytes == 4 ? (cl_long)t->q.global_offset : -1;
+    const ember__cl_arg args[] = {EMBER_CL_ARG(Q),     EMBER_CL_ARG(soff), EMBER_CL_ARG(sdt),
+                                  EMBER_CL_ARG(ssize), EMBER_CL_ARG(goff), EMBER_CL_ARG(n),
+                                  EMBER_CL_ARG(*out)};
+    size_t gsz = (size_t)n;
+    return ember__cl_launch(s, dev, "q_matmul", "quant", "", "q_eff_scales", 7, args, 1, &gsz,
+                            NULL);
+}
+
 ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                                 const ember_tensor *b, ember_tensor *out) {
     ember__cl_state *s = state;
-    if (!q8_per_tensor(a) || !q8_per_tensor(b) || g->alpha != 1.0f || g->beta != 0.0f)
+    if (!q8_values(a) || !q8_values(b) || g->alpha != 1.0f || g->beta != 0.0f)
         return EMBER_ERR_QUANT_UNSUPPORTED; /* the dispatcher falls back; no detail */
+    const int per_channel = a->scheme.block_rank > 0 || b->scheme.block_rank > 0;
+    const int64_t ag = scale_group(a, 1), bg = scale_group(b, 0);
+    if (!ag || !bg || (per_channel && (g->trans_a || g->trans_b)))
+        return EMBER_ERR_QUANT_UNSUPPORTED;
     if (g->m == 0 || g->n == 0 || g->batch == 0)
         return EMBER_OK;
     cl_mem out_mem = ember__cl_mem(out);
@@ -149,14 +195,14 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
     EMBER_FAIL_IF(!offs, EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for %zu offsets", 2 * nb);
     byte_offsets(a, g->a_off, g->batch, offs);
     byte_offsets(b, g->b_off, g->batch, offs + nb);
-    cl_mem tmp[3] = {NULL, NULL, NULL};
+    cl_mem tmp[5] = {NULL, NULL, NULL, NULL, NULL};
     ember_status st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs, &tmp[0]);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs + nb, &tmp[1]);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", sizeof(cl_float), NULL, &tmp[2]);
     ember__free(offs);
-    if (st == EMBER_OK) { /* the epilogue factor sa * sb, on the device */
+    if (st == EMBER_OK && !per_channel) { /* the epilogue factor sa * sb, on the device */
         cl_mem A = ember__cl_mem(a), B = ember__cl_mem(b);
         cl_long asoff = (cl_long)a->q.scales_offset, bsoff = (cl_long)b->q.scales_offset;
         cl_int asdt = (cl_int)a->scheme.tensor_scale, bsdt = (cl_int)b->scheme.tensor_scale;
@@ -166,6 +212,11 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
         size_t one = 1;
         st = ember__cl_launch(s, dev, "q_matmul", "quant", "", "q_scale_prod", 7, args, 1, &one,
                               NULL);
+    }
+    if (st == EMBER_OK && per_channel) { /* the effective scales of both operands */
+        st = eff_scales(s, dev, a, &tmp[3]);
+        if (st == EMBER_OK)
+            st = eff_scales(s, dev, b, &tmp[4]);
     }
     if (st == EMBER_OK) {
         ember__cl_qgemm_args q = {.trans_a = g->trans_a,
@@ -181,9 +232,15 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
                                   .b_off = tmp[1],
                                   .scale = tmp[2],
                                   .lda = row_bytes(a),
-                                  .ldb = row_bytes(b)};
+                                  .ldb = row_bytes(b),
+                                  .sa = tmp[3],
+                                  .sb = tmp[4],
+                                  .a_group = ag,
+                                  .b_group = bg};
         ember__cl_device *d = &s->dev[dev];
         const ember__cl_qpath *path = __atomic_load_n(&d->qpath, __ATOMIC_ACQUIRE);
+        if (per_channel && !path->per_channel)
+            path = &path_generic;
         st = path->run(s, dev, &q);
         if (st == EMBER_ERR_KERNEL_BUILD && path != &path_generic) {
             /* a specialised path this device's compiler rejects: generic from now on (the
@@ -198,7 +255,7 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
             st = path_generic.run(s, dev, &q);
         }
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         if (tmp[i])
             clReleaseMemObject(tmp[i]);
     return st;

@@ -14,7 +14,10 @@
  * stored [k, m], at c*lda + r); B_i is int8 [k, n] at byte b_off[i] of B, (r, c) at r*ldb + c
  * (TRANS_B: stored [n, k], at c*ldb + r). lda / ldb are in bytes, so PackedU32 Q8 rows padded to
  * whole words are read in place. out_i is the dense row-major f32 [m, n] block at i*m*n.
- * No block scales here: per-block schemes take the dequantize + f32 GEMM route.
+ * Scales: per-tensor (one factor, scale[0] = sa * sb) or, with per_channel, per row of A and
+ * per column of B: f = sa[r / a_group] * sb[c / b_group], one f32 multiply per element, then
+ * 0.0f + f * (float)acc as above (the CPU's single-chunk epilogue). Blocks that split K take the
+ * dequantize + f32 GEMM route.
  *
  * Work decomposition as in gemm.cl: a (TN/WN) x (TM/WM) work-group computes a TM x TN tile, each
  * item WM x WN outputs at strided positions; A and B panels of depth TK are staged in local
@@ -50,7 +53,9 @@ __kernel __attribute__((reqd_work_group_size(LX, LY, 1))) void
 qgemm_i8(const int trans_a, const int trans_b, const long m, const long n, const long k,
          __global const char *A, __global const long *a_off, const long lda,
          __global const char *B, __global const long *b_off, const long ldb,
-         __global float *out, __global const float *scale) {
+         __global float *out, __global const float *scale, const int per_channel,
+         __global const float *sa, const long a_group, __global const float *sb,
+         const long b_group) {
     __local char As[TM][TK];
     __local char Bs[TN][TK];
     const int tx = (int)get_local_id(0), ty = (int)get_local_id(1);
@@ -124,8 +129,10 @@ qgemm_i8(const int trans_a, const int trans_b, const long m, const long n, const
             continue;
         for (int c = 0; c < WN; c++) {
             const long col = col0 + tx + c * LX;
-            if (col < n)
-                out[row * n + col] = 0.0f + s * convert_float_rte(acc[r][c]);
+            if (col < n) {
+                const float f = per_channel ? sa[row / a_group] * sb[col / b_group] : s;
+                out[row * n + col] = 0.0f + f * convert_float_rte(acc[r][c]);
+            }
         }
     }
 }
@@ -145,7 +152,9 @@ static int qa_at(__global const char *A, int trans_a, long lda, long i, long p) 
 __kernel void qgemm_i8_rows(const int trans_a, const int trans_b, const long m, const long n,
                             const long k, __global const char *A, __global const long *a_off,
                             const long lda, __global const char *B, __global const long *b_off,
-                            const long ldb, __global float *out, __global const float *scale) {
+                            const long ldb, __global float *out, __global const float *scale,
+                            const int per_channel, __global const float *sa, const long a_group,
+                            __global const float *sb, const long b_group) {
     const long j0 = (long)get_global_id(0) * 16, i0 = (long)get_global_id(1) * RM;
     const long bi = (long)get_global_id(2);
     if (j0 >= n || i0 >= m)
@@ -165,8 +174,17 @@ __kernel void qgemm_i8_rows(const int trans_a, const int trans_b, const long m, 
                 if (r < rows)
                     acc[r] += qa_at(A, trans_a, lda, i0 + r, p) * b;
         }
-        for (int r = 0; r < rows; r++)
-            vstore16((float16)(0.0f) + s * convert_float16_rte(acc[r]), 0, out + (i0 + r) * n + j0);
+        float16 sbv = (float16)(s);
+        if (per_channel) {
+            float t[16];
+            for (int c = 0; c < 16; c++)
+                t[c] = sb[(j0 + c) / b_group];
+            sbv = vload16(0, t);
+        }
+        for (int r = 0; r < rows; r++) {
+            const float16 f = per_channel ? sa[(i0 + r) / a_group] * sbv : (float16)(s);
+            vstore16((float16)(0.0f) + f * convert_float16_rte(acc[r]), 0, out + (i0 + r) * n + j0);
+        }
         return;
     }
     const int cols = (int)min((long)16, n - j0);
@@ -181,7 +199,9 @@ __kernel void qgemm_i8_rows(const int trans_a, const int trans_b, const long m, 
                 if (r < rows)
                     acc[r] += qa_at(A, trans_a, lda, i0 + r, p) * b;
         }
-        for (int r = 0; r < rows; r++)
-            out[(i0 + r) * n + j] = 0.0f + s * convert_float_rte(acc[r]);
+        for (int r = 0; r < rows; r++) {
+            const float f = per_channel ? sa[(i0 + r) / a_group] * sb[j / b_group] : s;
+            out[(i0 + r) * n + j] = 0.0f + f * convert_float_rte(acc[r]);
+        }
     }
 }

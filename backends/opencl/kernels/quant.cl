@@ -303,6 +303,15 @@ __kernel void q_dequantize(__global const uchar *q, __global float *out, const l
     out[i] = eff_scale(q, scales_off, sdt, ssize, b, global_off) * v;
 }
 
+/* out[b] = the effective scale of block b (b < n), from q's stored scales. */
+__kernel void q_eff_scales(__global const uchar *q, const long scales_off, const int sdt,
+                           const int ssize, const long global_off, const long n,
+                           __global float *out) {
+    const long b = (long)get_global_id(0);
+    if (b < n)
+        out[b] = eff_scale(q, scales_off, sdt, ssize, b, global_off);
+}
+
 /* out[0] = sa * sb: the epilogue factor of a per-tensor int8 matmul, from the stored scales. */
 __kernel void q_scale_prod(__global const uchar *qa, const long a_soff, const int a_sdt,
                            __global const uchar *qb, const long b_soff, const int b_sdt,
