@@ -418,54 +418,61 @@ static void test_qpath_demotion(void) {
     ember_context_destroy(c);
 }
 
-/* A tensor-core path plugs in by defining ember__cl_qpath_mma (a weak reference in the library):
- * this one is available only while the test enables it, and runs the generic kernel, counting
- * its calls. */
-static int mma_enabled, mma_calls;
+/* A tensor-core path (defined in its own file as ember__cl_qpath_mma / _wgmma, weak references in
+ * the library) comes before dot4 and generic; generic is last. A custom path installed on a
+ * device runs the per-tensor products; without per_channel it leaves per-row / per-column ones to
+ * generic. (The test does not define the weak symbols itself: the GPU engineer's file will.) */
+static int custom_calls;
 
-static int mma_available(const ember__cl_device *d) {
-    (void)d;
-    return mma_enabled;
-}
-
-static ember_status mma_run(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
-    mma_calls++;
+static ember_status custom_run(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    custom_calls++;
     const ember__cl_qpath *p, *last = NULL;
     for (size_t i = 0; (p = ember__cl_qpath_at(i)) != NULL; i++)
         last = p; /* generic */
     return last->run(s, dev, q);
 }
 
-const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_test", mma_available, mma_run, 0};
+static const ember__cl_qpath custom = {"custom", "opencl.custom", always_avail, custom_run, 0};
 
-static void test_qpath_plugin(void) {
-    CU_ASSERT_PTR_EQUAL(ember__cl_qpath_at(0), &ember__cl_qpath_mma); /* mma before dot4 */
-    mma_enabled = 1;
+static void test_qpath_custom(void) {
+    const ember__cl_qpath *p;
+    size_t n = 0, i_dot4 = 99, i_generic = 99;
+    for (; (p = ember__cl_qpath_at(n)) != NULL; n++) {
+        if (strcmp(p->name, "dot4") == 0)
+            i_dot4 = n;
+        if (strcmp(p->name, "generic") == 0)
+            i_generic = n;
+    }
+    CU_ASSERT_TRUE(n >= 2 && i_generic == n - 1 && i_dot4 == n - 2);
+
     ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
-    ember_context *cg = ctx_with(NULL, NULL, "generic", NULL); /* a forced choice wins */
-    mma_enabled = 0;
-    CU_ASSERT_STRING_EQUAL(cls_of(c)->dev[0].int8_path, "opencl.mma_test");
-    CU_ASSERT_STRING_EQUAL(cls_of(cg)->dev[0].int8_path, "opencl.generic");
+    ember__cl_device *d = &cls_of(c)->dev[0];
+    d->qpath = &custom;
     const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
     float a[4] = {1, -2, 3, 4}, out[4];
-    int64_t sh[2] = {2, 2};
+    int64_t sh[2] = {2, 2}, col[2] = {2, 1};
     ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *t = NULL, *q = NULL, *o = NULL;
+    ember_qscheme pc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+    ember_tensor *t = NULL, *q = NULL, *qc = NULL, *o = NULL, *o2 = NULL;
     TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sh, a, &t));
     TU_OK(ember_quantize(t, &q8, &q));
-    mma_calls = 0;
+    TU_OK(ember_quantize(t, &pc, &qc));
+    custom_calls = 0;
     TU_OK(ember_q_matmul(q, q, &o));
-    CU_ASSERT_EQUAL(mma_calls, 1);
+    CU_ASSERT_EQUAL(custom_calls, 1);
     if (o) { /* q = [32, -64, 95, 127] (s = 4/127): exact int sums times s*s */
         TU_OK(ember_tensor_read(o, out, sizeof out));
         float s = 4.0f / 127.0f;
         CU_ASSERT_EQUAL(out[0], 0.0f + (s * s) * (float)(32 * 32 + -64 * 95));
     }
+    TU_OK(ember_q_matmul(q, qc, &o2)); /* per-column rhs: generic, not custom */
+    CU_ASSERT_EQUAL(custom_calls, 1);
     ember_tensor_free(t);
     ember_tensor_free(q);
+    ember_tensor_free(qc);
     ember_tensor_free(o);
+    ember_tensor_free(o2);
     ember_context_destroy(c);
-    ember_context_destroy(cg);
 }
 
 /* No platform at all (the ICD loader pointed at an empty vendor directory, in a child process so
@@ -527,7 +534,7 @@ int main(int argc, char **argv) {
                            {"disk cache", test_disk_cache},
                            {"threads racing on a fresh context", test_threads},
                            {"an int8 path that does not build is demoted", test_qpath_demotion},
-                           {"a tensor-core path plugs in", test_qpath_plugin},
+                           {"path order; a custom path runs", test_qpath_custom},
                            {"allocation failures on first use", test_alloc_failures},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl machinery", suite_init, NULL, NULL, NULL, tests},
