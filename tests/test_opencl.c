@@ -731,6 +731,34 @@ static void test_quant_random(void) {
     free(xb);
 }
 
+/* The work-group absmax kernel (other devices than CPUs) forced on this device, and the CPU
+ * one forced: per-tensor, row blocks, rectangles, two-level, a tensor of many chunks. */
+static void test_quant_absmax_kernels(void) {
+    float *x = malloc(64 * 1000 * 4);
+    tu_rand_f32(&rng, x, 64 * 1000, -50.0f, 50.0f);
+    x[12345] = 77.0f; /* the max deep inside: in a later chunk */
+    int64_t big[2] = {64, 1000}, sh[3] = {3, 6, 20}, b1[1] = {5}, b2[2] = {3, 4};
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&pt, 2, big, x, NULL, NULL);
+        ember_qscheme rb = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, b1);
+        q_roundtrip(&rb, 3, sh, x, NULL, NULL);
+        ember_qscheme rr = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 2, b2);
+        rr.block_scale = EMBER_SCALE_UE4M3;
+        rr.tensor_level = 1;
+        q_roundtrip(&rr, 3, sh, x, NULL, NULL);
+        float bad[8] = {1, 2, 3, 4, 5, 6, 7, NAN};
+        int64_t s8[1] = {8};
+        ember_tensor *t = from_f32(CL0, 1, s8, bad), *q = NULL;
+        TU_ASSERT_STATUS(ember_quantize(t, &pt, &q), EMBER_ERR_NON_FINITE, "NaN or Inf");
+        CU_ASSERT_PTR_NULL(q);
+        ember_tensor_free(t);
+    }
+    cls()->gemm_variant = 0;
+    free(x);
+}
+
 /* The fma-corrected software division (for devices with neither exact division nor fp64),
  * forced here: the same bytes as the CPU. Values near rounding ties of x / s stress it. */
 static void test_quant_soft_div(void) {
@@ -1086,6 +1114,7 @@ int main(void) {
                             CU_TEST_INFO_NULL};
     CU_TestInfo quant[] = {{"golden vectors (spec 6)", test_quant_golden},
                            {"every scheme, random data", test_quant_random},
+                           {"both absmax kernels", test_quant_absmax_kernels},
                            {"software division", test_quant_soft_div},
                            {"NaN / Inf input", test_quant_non_finite},
                            {"q_matmul int8 exact", test_q_matmul},

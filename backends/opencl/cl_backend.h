@@ -79,9 +79,10 @@ typedef struct ember__cl_state {
     int ndev;
     ember__cl_device *dev; /* ndev entries */
     char cache_dir[512];   /* "" = no on-disk cache */
-    /* GEMM kernel shape (f32 and int8): 0 chooses per call (the barrier-free "rows" kernels on
-     * CPU devices, the local-memory tiled kernels on the others); 1 forces tiled, 2
-     * forces rows (tests set it to cover both on any device). */
+    /* Kernel shapes (GEMMs f32 and int8, the quantize reduction): 0 chooses by device (the
+     * barrier-free "rows" GEMMs and the per-item absmax on CPU devices; the local-memory tiled
+     * GEMMs and the work-group absmax on the others); 1 forces the latter, 2 the former (tests set
+     * it to cover both on any device). */
     int gemm_variant;
     /* 1: quantize divides with the fma-corrected software division (kernels/quant.cl) even where
      * the device divides exactly (tests set it; devices without either exact path use it anyway);
