@@ -1,0 +1,450 @@
+/* qgemm_gpu.c: standalone check + bench of ember's int8 tensor-core OpenCL kernels on an NVIDIA GPU.
+ *
+ * Build (on the GPU machine, OpenCL headers + ICD loader):
+ *   gcc -O2 -std=gnu11 -o qgemm_gpu bench/gpu/qgemm_gpu.c backends/opencl/cl_pack_mma.c -lOpenCL -lm
+ * Run:  ./qgemm_gpu KERNEL_DIR [PTX_FILE] [quick]
+ *
+ * For each shape: random int8 A [M][K] (lda = K rounded up to 16) and B [K][N], B packed with
+ * ember__cl_pack_b_mma; a naive OpenCL int32 kernel gives C_ref on the GPU, itself checked on the
+ * CPU (all entries for small shapes, 4096 random entries otherwise); every variant's int32 C must
+ * equal C_ref exactly (C poisoned before the checked run); the fused float epilogue (per-row and
+ * per-column scales) must equal the host's (float)acc * (sa[m] * sb[n]) bit for bit.
+ * Timing: OpenCL profiling events, 5 warm-up launches then 30 timed, median, rotating over enough
+ * copies of A and B to exceed the L2 (so small-M shapes stream weights from HBM).
+ * Output: a table on stdout and $OUT/ember_gpu.json. */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../backends/opencl/cl_pack_mma.h"
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cl_int e_ = (x);                                                                       \
+        if (e_ != CL_SUCCESS) {                                                                \
+            fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #x, e_);                  \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static cl_context ctx;
+static cl_command_queue q;
+static cl_device_id dev;
+static FILE *jf;
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (fread(s, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(s); return NULL; }
+    s[n] = 0;
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return s;
+}
+
+static cl_program build_src(const char *src, const char *opts, const char *tag)
+{
+    cl_int e;
+    cl_program p = clCreateProgramWithSource(ctx, 1, &src, NULL, &e);
+    CK(e);
+    e = clBuildProgram(p, 1, &dev, opts, NULL, NULL);
+    size_t ll = 0;
+    clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &ll);
+    char *log = malloc(ll + 1);
+    clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, ll, log, NULL);
+    log[ll] = 0;
+    /* keep the ptxas resource lines of -cl-nv-verbose */
+    printf("[build %s] rc=%d\n", tag, e);
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n"))
+        if (e != CL_SUCCESS || strstr(line, "registers") || strstr(line, "spill") || strstr(line, "error") ||
+            strstr(line, "arning"))
+            printf("   %s\n", line);
+    free(log);
+    if (e != CL_SUCCESS) { clReleaseProgram(p); return NULL; }
+    return p;
+}
+
+static cl_program build_ptx(const char *path)
+{
+    size_t len;
+    char *s = read_file(path, &len);
+    if (!s) return NULL;
+    cl_int e, st;
+    const unsigned char *bin = (const unsigned char *)s;
+    len += 1;
+    cl_program p = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &st, &e);
+    if (e != CL_SUCCESS) { printf("[ptx %s] create rc=%d st=%d\n", path, e, st); return NULL; }
+    e = clBuildProgram(p, 1, &dev, "", NULL, NULL);
+    size_t ll = 0;
+    clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &ll);
+    char *log = malloc(ll + 1);
+    clGetProgramBuildInfo(p, dev, CL_PROGRAM_BUILD_LOG, ll, log, NULL);
+    log[ll] = 0;
+    printf("[ptx %s] build rc=%d %s\n", path, e, log);
+    free(log);
+    free(s);
+    if (e != CL_SUCCESS) return NULL;
+    return p;
+}
+
+static const char *ref_src =
+    "__kernel void ref(__global const char *A, int lda, __global const char *B, __global int *C,"
+    " int M, int N, int K) {\n"
+    "  int n = get_global_id(0), m = get_global_id(1); if (m >= M || n >= N) return;\n"
+    "  int s = 0; for (int k = 0; k < K; k++) s += (int)A[(size_t)m * lda + k] * (int)B[(size_t)k * N + n];\n"
+    "  C[(size_t)m * N + n] = s; }\n";
+
+enum { V_TILE, V_SKINNY, V_WGMMA };
+typedef struct variant {
+    const char *name;
+    int kind;
+    const char *opts;
+    int bm, bn, nthr; /* tile / wgmma: tile sizes; skinny: bm = max M, nthr = 32 * warps */
+    int max_m;        /* applies when M <= max_m (0 = any) */
+    int min_m;
+    cl_program prog;
+    cl_kernel k;
+} variant;
+
+static variant variants[] = {
+    {"mma_128x128_s2", V_TILE, "-DBM=128 -DBN=128 -DWM=64 -DWN=64 -DSTAGES=2", 128, 128, 128, 0, 17, 0, 0},
+    {"mma_128x128w8_s2", V_TILE, "-DBM=128 -DBN=128 -DWM=64 -DWN=32 -DSTAGES=2", 128, 128, 256, 0, 17, 0, 0},
+    {"mma_128x64_s3", V_TILE, "-DBM=128 -DBN=64 -DWM=64 -DWN=32 -DSTAGES=3", 128, 64, 128, 0, 17, 0, 0},
+    {"mma_64x128_s3", V_TILE, "-DBM=64 -DBN=128 -DWM=32 -DWN=64 -DSTAGES=3", 64, 128, 128, 0, 1, 0, 0},
+    {"mma_skinny_m16", V_SKINNY, "-DSK_WARPS=8 -DSK_MT=1 -DSK_U=4", 16, 8, 256, 16, 1, 0, 0},
+    {"mma_skinny_m16u8", V_SKINNY, "-DSK_WARPS=4 -DSK_MT=1 -DSK_U=8", 16, 8, 128, 16, 1, 0, 0},
+    {"mma_skinny_m32", V_SKINNY, "-DSK_WARPS=8 -DSK_MT=2 -DSK_U=4", 32, 8, 256, 32, 1, 0, 0},
+};
+#define NVAR ((int)(sizeof variants / sizeof variants[0]))
+
+typedef struct wg_variant {
+    const char *name, *kname;
+    int bm, bn, nthr;
+    cl_kernel k;
+} wg_variant;
+static wg_variant wgv[] = {
+    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 384, 0},
+    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 384, 0},
+};
+#define NWG ((int)(sizeof wgv / sizeof wgv[0]))
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static inline uint64_t xr(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double ev_ns(cl_event a, cl_event b)
+{
+    cl_ulong s, e;
+    CK(clGetEventProfilingInfo(a, CL_PROFILING_COMMAND_START, sizeof s, &s, NULL));
+    CK(clGetEventProfilingInfo(b, CL_PROFILING_COMMAND_END, sizeof e, &e, NULL));
+    return (double)(e - s);
+}
+
+typedef struct shape { int M, N, K, bench; } shape;
+
+/* one launch of variant v (tile / skinny / wgmma), C of ldc = N; returns the launch's events */
+typedef struct launch {
+    int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode;
+} launch;
+
+static void enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int M, int N, int K, cl_mem sa,
+                    int sas, cl_mem sb, int sbs, cl_event *e0, cl_event *e1)
+{
+    int nkb = (K + 63) / 64;
+    int kps = (nkb + L->splits - 1) / L->splits;
+    int mode = L->mode;
+    if (L->splits > 1) {
+        int zero = 0;
+        CK(clEnqueueFillBuffer(q, C, &zero, 4, 0, (size_t)M * N * 4, 0, NULL, e0));
+        mode = 1;
+    }
+    cl_kernel k = L->k;
+    int a = 0;
+    CK(clSetKernelArg(k, a++, sizeof(cl_mem), &A));
+    CK(clSetKernelArg(k, a++, sizeof(int), &lda));
+    CK(clSetKernelArg(k, a++, sizeof(cl_mem), &Bp));
+    CK(clSetKernelArg(k, a++, sizeof(cl_mem), &C));
+    CK(clSetKernelArg(k, a++, sizeof(int), &N));
+    CK(clSetKernelArg(k, a++, sizeof(int), &M));
+    CK(clSetKernelArg(k, a++, sizeof(int), &N));
+    CK(clSetKernelArg(k, a++, sizeof(int), &K));
+    CK(clSetKernelArg(k, a++, sizeof(int), &kps));
+    CK(clSetKernelArg(k, a++, sizeof(int), &mode));
+    CK(clSetKernelArg(k, a++, sizeof(cl_mem), &sa));
+    CK(clSetKernelArg(k, a++, sizeof(int), &sas));
+    CK(clSetKernelArg(k, a++, sizeof(cl_mem), &sb));
+    CK(clSetKernelArg(k, a++, sizeof(int), &sbs));
+    size_t gs[2], ls[2] = {(size_t)L->nthr, 1};
+    if (L->kind == V_SKINNY) {
+        gs[0] = (size_t)((N + 7) / 8) * (size_t)L->nthr;
+    } else {
+        size_t tiles = (size_t)((M + L->bm - 1) / L->bm) * (size_t)((N + L->bn - 1) / L->bn);
+        gs[0] = tiles * (size_t)L->nthr;
+    }
+    gs[1] = (size_t)L->splits;
+    cl_event ev;
+    CK(clEnqueueNDRangeKernel(q, k, 2, NULL, gs, ls, 0, NULL, &ev));
+    if (L->splits <= 1) {
+        if (e0) { *e0 = ev; clRetainEvent(ev); }
+    }
+    if (e1) *e1 = ev;
+    else clReleaseEvent(ev);
+}
+
+static int auto_splits(const launch *L, int M, int N, int K)
+{
+    int nkb = (K + 63) / 64;
+    long tiles;
+    if (L->kind == V_SKINNY) tiles = (N + 7) / 8 / 4; /* 4 skinny groups ~ one resident slot */
+    else tiles = (long)((M + L->bm - 1) / L->bm) * ((N + L->bn - 1) / L->bn);
+    int s = 1;
+    while (tiles * s < 2 * 132 && s * 2 <= nkb / 4) s *= 2;
+    return s;
+}
+
+int main(int argc, char **argv)
+{
+    const char *kdir = argc > 1 ? argv[1] : "backends/opencl/kernels";
+    const char *ptx = argc > 2 ? argv[2] : "";
+    int quick = argc > 3 && !strcmp(argv[3], "quick");
+    const char *outd = getenv("OUT");
+    char jpath[1024];
+    snprintf(jpath, sizeof jpath, "%s/ember_gpu.json", outd ? outd : ".");
+    jf = fopen(jpath, "w");
+    fprintf(jf, "{\"rows\":[\n");
+
+    cl_platform_id plats[8];
+    cl_uint np = 0;
+    CK(clGetPlatformIDs(8, plats, &np));
+    int found = 0;
+    for (cl_uint i = 0; i < np && !found; i++) {
+        char name[256];
+        clGetPlatformInfo(plats[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
+        if (!strstr(name, "NVIDIA")) continue;
+        if (clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) == CL_SUCCESS) found = 1;
+    }
+    if (!found) { printf("no NVIDIA OpenCL GPU\n"); return 77; }
+    char dname[256], dver[256], drv[256];
+    cl_uint cus;
+    clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof dname, dname, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_VERSION, sizeof dver, dver, NULL);
+    clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof drv, drv, NULL);
+    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
+    printf("device: %s | %s | driver %s | %u CUs\n", dname, dver, drv, cus);
+    cl_int e;
+    ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+    CK(e);
+    q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &e);
+    CK(e);
+
+    char path[1024];
+    snprintf(path, sizeof path, "%s/qgemm_mma.cl", kdir);
+    char *src = read_file(path, NULL);
+    if (!src) { printf("cannot read %s\n", path); return 1; }
+    for (int v = 0; v < NVAR; v++) {
+        char opts[512];
+        snprintf(opts, sizeof opts, "-cl-std=CL1.2 -cl-nv-verbose %s", variants[v].opts);
+        variants[v].prog = build_src(src, opts, variants[v].name);
+        if (variants[v].prog) {
+            variants[v].k = clCreateKernel(variants[v].prog,
+                                           variants[v].kind == V_SKINNY ? "qgemm_mma_skinny" : "qgemm_mma_tile", &e);
+            if (e != CL_SUCCESS) { printf("kernel %s: %d\n", variants[v].name, e); variants[v].k = NULL; }
+        }
+    }
+    cl_program pref = build_src(ref_src, "", "ref");
+    cl_kernel kref = clCreateKernel(pref, "ref", &e);
+    CK(e);
+    cl_program pw = ptx[0] ? build_ptx(ptx) : NULL;
+    for (int w = 0; w < NWG; w++) {
+        wgv[w].k = NULL;
+        if (!pw) continue;
+        wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
+        if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; }
+    }
+
+    shape shapes[] = {
+        /* edge shapes: check only */
+        {1, 8, 64, 0}, {1, 1000, 1000, 0}, {3, 77, 130, 0}, {17, 200, 96, 0}, {33, 129, 4100, 0},
+        {130, 260, 272, 0}, {257, 384, 1000, 0}, {300, 515, 2049, 0},
+        /* bench shapes */
+        {1, 4096, 4096, 1}, {16, 4096, 4096, 1}, {128, 4096, 4096, 1}, {512, 4096, 4096, 1},
+        {128, 11008, 4096, 1}, {4096, 4096, 4096, 1}, {8192, 8192, 8192, 1}, {1, 11008, 4096, 1},
+    };
+    int nshape = (int)(sizeof shapes / sizeof shapes[0]);
+    int first_row = 1;
+    int fails = 0;
+    printf("\n%-22s %-18s %7s %9s %9s %s\n", "shape", "variant", "splits", "med_us", "TOPS", "check");
+    for (int si = 0; si < nshape; si++) {
+        shape S = shapes[si];
+        if (quick && S.M == 8192) continue;
+        int M = S.M, N = S.N, K = S.K;
+        int lda = (K + 15) / 16 * 16;
+        size_t abytes = (size_t)M * lda, bbytes = (size_t)K * N, pbytes = ember__cl_pack_b_mma_size(K, N);
+        int8_t *ha = calloc(abytes, 1), *hb = malloc(bbytes), *hp = malloc(pbytes);
+        for (size_t i = 0; i < abytes; i++) ha[i] = (int8_t)(xr() >> 56);
+        for (size_t i = 0; i < bbytes; i++) hb[i] = (int8_t)(xr() >> 56);
+        ember__cl_pack_b_mma(hb, K, N, N, 1, hp);
+        int nrot = 1;
+        if (S.bench) {
+            double need = 256e6 / (double)(abytes + pbytes);
+            nrot = need > 16 ? 16 : (need < 1 ? 1 : (int)ceil(need));
+        }
+        cl_mem dA[16], dP[16];
+        for (int r = 0; r < nrot; r++) {
+            dA[r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, abytes, ha, &e);
+            CK(e);
+            dP[r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, pbytes, hp, &e);
+            CK(e);
+        }
+        cl_mem dB = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bbytes, hb, &e);
+        CK(e);
+        size_t cbytes = (size_t)M * N * 4;
+        cl_mem dR = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
+        CK(e);
+        cl_mem dC = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
+        CK(e);
+        float *hsa = malloc((size_t)M * 4), *hsb = malloc((size_t)N * 4);
+        for (int i = 0; i < M; i++) hsa[i] = (float)(1e-3 * (1 + (double)(xr() % 1000)));
+        for (int i = 0; i < N; i++) hsb[i] = (float)(1e-3 * (1 + (double)(xr() % 1000)));
+        cl_mem dsa = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)M * 4, hsa, &e);
+        CK(e);
+        cl_mem dsb = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)N * 4, hsb, &e);
+        CK(e);
+        /* reference on the GPU */
+        CK(clSetKernelArg(kref, 0, sizeof(cl_mem), &dA[0]));
+        CK(clSetKernelArg(kref, 1, sizeof(int), &lda));
+        CK(clSetKernelArg(kref, 2, sizeof(cl_mem), &dB));
+        CK(clSetKernelArg(kref, 3, sizeof(cl_mem), &dR));
+        CK(clSetKernelArg(kref, 4, sizeof(int), &M));
+        CK(clSetKernelArg(kref, 5, sizeof(int), &N));
+        CK(clSetKernelArg(kref, 6, sizeof(int), &K));
+        size_t rgs[2] = {(size_t)(N + 15) / 16 * 16, (size_t)(M + 15) / 16 * 16}, rls[2] = {16, 16};
+        CK(clEnqueueNDRangeKernel(q, kref, 2, NULL, rgs, rls, 0, NULL, NULL));
+        int32_t *href = malloc(cbytes), *hc = malloc(cbytes);
+        CK(clEnqueueReadBuffer(q, dR, CL_TRUE, 0, cbytes, href, 0, NULL, NULL));
+        /* CPU check of the reference */
+        {
+            long nchk = (long)M * N <= 65536 ? (long)M * N : 4096;
+            int bad = 0;
+            for (long c = 0; c < nchk; c++) {
+                long idx = (long)M * N <= 65536 ? c : (long)(xr() % ((uint64_t)M * N));
+                int m = (int)(idx / N), n = (int)(idx % N);
+                int32_t s = 0;
+                for (int k = 0; k < K; k++) s += (int32_t)ha[(size_t)m * lda + k] * (int32_t)hb[(size_t)k * N + n];
+                if (s != href[idx]) bad++;
+            }
+            if (bad) { printf("REFERENCE MISMATCH %d at %dx%dx%d\n", bad, M, N, K); fails++; }
+        }
+        char sname[64];
+        snprintf(sname, sizeof sname, "%dx%dx%d", M, N, K);
+        /* candidate launches */
+        launch Ls[64];
+        const char *lname[64];
+        int nl = 0;
+        for (int v = 0; v < NVAR; v++) {
+            variant *V = &variants[v];
+            if (!V->k) continue;
+            if (V->max_m && M > V->max_m) continue;
+            if (M < V->min_m && S.bench) continue;
+            launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0};
+            int as = auto_splits(&L, M, N, K);
+            if (V->kind == V_SKINNY && as == 1 && S.bench == 0) as = 2; /* exercise split-K on edges */
+            Ls[nl] = L; lname[nl++] = V->name;
+            if (as > 1) { L.splits = as; Ls[nl] = L; lname[nl++] = V->name; }
+            if (!S.bench && V->kind == V_TILE) { L.splits = 3; Ls[nl] = L; lname[nl++] = V->name; }
+        }
+        for (int w = 0; w < NWG; w++) {
+            if (!wgv[w].k) continue;
+            launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0};
+            Ls[nl] = L; lname[nl++] = wgv[w].name;
+            int as = auto_splits(&L, M, N, K);
+            if (as > 1 || !S.bench) { L.splits = as > 1 ? as : 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }
+        }
+        for (int l = 0; l < nl; l++) {
+            launch *L = &Ls[l];
+            /* exact check, C poisoned */
+            int poison = 0x7eadbeef;
+            CK(clEnqueueFillBuffer(q, dC, &poison, 4, 0, cbytes, 0, NULL, NULL));
+            enqueue(L, dA[0], lda, dP[0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
+            e = clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL);
+            if (e != CL_SUCCESS) { printf("%-22s %-18s run failed %d\n", sname, lname[l], e); fails++; exit(2); }
+            long bad = 0, first = -1;
+            for (size_t i = 0; i < (size_t)M * N; i++)
+                if (hc[i] != href[i]) { if (first < 0) first = (long)i; bad++; }
+            char chk[96];
+            if (bad) {
+                snprintf(chk, sizeof chk, "FAIL %ld bad, first (%ld,%ld) got %d want %d", bad, first / N, first % N,
+                         hc[first], href[first]);
+                fails++;
+            } else snprintf(chk, sizeof chk, "exact");
+            /* fused float epilogue (per-row x per-column scales), splits 1 only */
+            if (!bad && L->splits == 1 && (l == 0 || !S.bench)) {
+                launch L2 = *L;
+                L2.mode = 2;
+                CK(clEnqueueFillBuffer(q, dC, &poison, 4, 0, cbytes, 0, NULL, NULL));
+                enqueue(&L2, dA[0], lda, dP[0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
+                CK(clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL));
+                long fb = 0;
+                for (size_t i = 0; i < (size_t)M * N; i++) {
+                    float want = (float)href[i] * (hsa[i / (size_t)N] * hsb[i % (size_t)N]);
+                    float got;
+                    memcpy(&got, &hc[i], 4);
+                    if (memcmp(&got, &want, 4)) fb++;
+                }
+                if (fb) { fails++; snprintf(chk + strlen(chk), sizeof chk - strlen(chk), " F32 FAIL %ld", fb); }
+                else snprintf(chk + strlen(chk), sizeof chk - strlen(chk), " +f32");
+            }
+            double med = 0, tops = 0;
+            if (S.bench && !bad) {
+                enum { WARM = 5, REP = 30 };
+                double t[REP];
+                for (int r = 0; r < WARM + REP; r++) {
+                    cl_event a0 = NULL, a1 = NULL;
+                    enqueue(L, dA[r % nrot], lda, dP[r % nrot], dC, M, N, K, dsa, 1, dsb, 1, &a0, &a1);
+                    if (r >= WARM) {
+                        CK(clWaitForEvents(1, &a1));
+                        t[r - WARM] = ev_ns(a0, a1);
+                    }
+                    clReleaseEvent(a0);
+                    clReleaseEvent(a1);
+                }
+                qsort(t, REP, sizeof t[0], cmp_d);
+                med = t[REP / 2] / 1e3;
+                tops = 2.0 * M * N * (double)K / (med * 1e-6) / 1e12;
+            }
+            printf("%-22s %-18s %7d %9.2f %9.1f %s\n", sname, lname[l], L->splits, med, tops, chk);
+            fflush(stdout);
+            fprintf(jf, "%s{\"M\":%d,\"N\":%d,\"K\":%d,\"variant\":\"%s\",\"splits\":%d,\"us\":%.3f,\"tops\":%.2f,\"ok\":%d}",
+                    first_row ? "" : ",\n", M, N, K, lname[l], L->splits, med, tops, bad == 0);
+            first_row = 0;
+        }
+        for (int r = 0; r < nrot; r++) { clReleaseMemObject(dA[r]); clReleaseMemObject(dP[r]); }
+        clReleaseMemObject(dB); clReleaseMemObject(dR); clReleaseMemObject(dC);
+        clReleaseMemObject(dsa); clReleaseMemObject(dsb);
+        free(ha); free(hb); free(hp); free(href); free(hc); free(hsa); free(hsb);
+    }
+    fprintf(jf, "\n],\"device\":\"%s\",\"driver\":\"%s\",\"fails\":%d}\n", dname, drv, fails);
+    fclose(jf);
+    printf("\nfails: %d\n", fails);
+    return fails ? 1 : 0;
+}
