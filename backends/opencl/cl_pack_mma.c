@@ -37,3 +37,37 @@ void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_
         }
     }
 }
+
+size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn)
+{
+    if (k <= 0 || n <= 0 || (bn != 128 && bn != 256)) return 0;
+    uint64_t nt = ((uint64_t)n + (uint64_t)bn - 1u) / (uint64_t)bn, nst = 2u * (((uint64_t)k + 63u) / 64u);
+    uint64_t stage = (uint64_t)bn * 32u;
+    if (nt > SIZE_MAX / stage / nst) return 0;
+    return (size_t)(nt * nst * stage);
+}
+
+void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n, int bn,
+                            int8_t *dst)
+{
+    int64_t nt = (n + bn - 1) / bn, nst = 2 * ((k + 63) / 64);
+    for (int64_t tn = 0; tn < nt; tn++) {
+        for (int64_t st = 0; st < nst; st++) {
+            int8_t *stage = dst + (size_t)(tn * nst + st) * (size_t)bn * 32u;
+            int64_t kb = st / 2, s = st % 2;
+            for (int col = 0; col < bn; col++) {
+                int64_t nn = tn * bn + col;
+                int ng = col / 8, r = col % 8;
+                for (int h = 0; h < 2; h++) {
+                    for (int j = 0; j < 16; j++) {
+                        int t = j / 4, i = j % 4;
+                        int64_t kk = 64 * kb + 16 * t + 8 * s + 4 * h + i;
+                        int8_t v = 0;
+                        if (kk < k && nn < n) v = b[kk * stride_k + nn * stride_n];
+                        stage[(2 * ng + h) * 128 + r * 16 + j] = v;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -4,7 +4,15 @@ import json
 import os
 
 out = os.environ.get("OUT", ".")
-em = json.load(open(os.path.join(out, "ember_gpu.json")))
+em = {"rows": [], "fails": 0}
+for name in ("ember_gpu.json", "ember_mma.json", "ember_wg.json"):
+    try:
+        part = json.load(open(os.path.join(out, name)))
+    except (OSError, ValueError):
+        continue
+    em["rows"] += part["rows"]
+    em["fails"] += part["fails"]
+    em["device"], em["driver"] = part["device"], part["driver"]
 try:
     cb = json.load(open(os.path.join(out, "cublas.json")))
 except OSError:

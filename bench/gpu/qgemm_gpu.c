@@ -2,7 +2,7 @@
  *
  * Build (on the GPU machine, OpenCL headers + ICD loader):
  *   gcc -O2 -std=gnu11 -o qgemm_gpu bench/gpu/qgemm_gpu.c backends/opencl/cl_pack_mma.c -lOpenCL -lm
- * Run:  ./qgemm_gpu KERNEL_DIR [PTX_FILE] [quick]
+ * Run:  ./qgemm_gpu KERNEL_DIR [PTX_FILE] [quick] [mma|wg]   (mma: OpenCL C kernels only; wg: PTX only)
  *
  * For each shape: random int8 A [M][K] (lda = K rounded up to 16) and B [K][N], B packed with
  * ember__cl_pack_b_mma; a naive OpenCL int32 kernel gives C_ref on the GPU, itself checked on the
@@ -11,7 +11,7 @@
  * per-column scales) must equal the host's (float)acc * (sa[m] * sb[n]) bit for bit.
  * Timing: OpenCL profiling events, 5 warm-up launches then 30 timed, median, rotating over enough
  * copies of A and B to exceed the L2 (so small-M shapes stream weights from HBM).
- * Output: a table on stdout and $OUT/ember_gpu.json. */
+ * Output: a table on stdout and $OUT/ember_{gpu,mma,wg}.json. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <math.h>
@@ -122,6 +122,7 @@ static variant variants[] = {
     {"mma_64x128_s3", V_TILE, "-DBM=64 -DBN=128 -DWM=32 -DWN=64 -DSTAGES=3", 64, 128, 128, 0, 1, 0, 0},
     {"mma_skinny_m16", V_SKINNY, "-DSK_WARPS=8 -DSK_MT=1 -DSK_U=4", 16, 8, 256, 16, 1, 0, 0},
     {"mma_skinny_m16u8", V_SKINNY, "-DSK_WARPS=4 -DSK_MT=1 -DSK_U=8", 16, 8, 128, 16, 1, 0, 0},
+    {"mma_skinny_m16w8u8", V_SKINNY, "-DSK_WARPS=8 -DSK_MT=1 -DSK_U=8", 16, 8, 256, 16, 1, 0, 0},
     {"mma_skinny_m32", V_SKINNY, "-DSK_WARPS=8 -DSK_MT=2 -DSK_U=4", 32, 8, 256, 32, 1, 0, 0},
 };
 #define NVAR ((int)(sizeof variants / sizeof variants[0]))
@@ -129,11 +130,14 @@ static variant variants[] = {
 typedef struct wg_variant {
     const char *name, *kname;
     int bm, bn, nthr;
+    int swap;       /* descriptor LBO/SBO swapped (diagnostic, edge shapes only) */
     cl_kernel k;
 } wg_variant;
 static wg_variant wgv[] = {
-    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 384, 0},
-    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 384, 0},
+    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 0},
+    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 0},
+    {"wgmma_128x256_sw", "qgemm_wgmma_128x256", 128, 256, 256, 1, 0},
+    {"wgmma_128x128_sw", "qgemm_wgmma_128x128", 128, 128, 256, 1, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
 
@@ -166,6 +170,8 @@ typedef struct shape { int M, N, K, bench; } shape;
 typedef struct launch {
     int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode;
 } launch;
+/* packed-B buffer index of a launch: 0 mma fragment order, 1 wgmma bn 256, 2 wgmma bn 128 */
+static int pack_of(const launch *L) { return L->kind != V_WGMMA ? 0 : (L->bn == 256 ? 1 : 2); }
 
 static void enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int M, int N, int K, cl_mem sa,
                     int sas, cl_mem sb, int sbs, cl_event *e0, cl_event *e1)
@@ -226,10 +232,16 @@ int main(int argc, char **argv)
 {
     const char *kdir = argc > 1 ? argv[1] : "backends/opencl/kernels";
     const char *ptx = argc > 2 ? argv[2] : "";
-    int quick = argc > 3 && !strcmp(argv[3], "quick");
+    int quick = 0, only_mma = 0, only_wg = 0;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "quick")) quick = 1;
+        if (!strcmp(argv[i], "mma")) only_mma = 1;
+        if (!strcmp(argv[i], "wg")) only_wg = 1;
+    }
+    if (only_mma) ptx = "";
     const char *outd = getenv("OUT");
     char jpath[1024];
-    snprintf(jpath, sizeof jpath, "%s/ember_gpu.json", outd ? outd : ".");
+    snprintf(jpath, sizeof jpath, "%s/ember_%s.json", outd ? outd : ".", only_mma ? "mma" : only_wg ? "wg" : "gpu");
     jf = fopen(jpath, "w");
     fprintf(jf, "{\"rows\":[\n");
 
@@ -261,7 +273,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/qgemm_mma.cl", kdir);
     char *src = read_file(path, NULL);
     if (!src) { printf("cannot read %s\n", path); return 1; }
-    for (int v = 0; v < NVAR; v++) {
+    for (int v = 0; v < NVAR && !only_wg; v++) {
         char opts[512];
         snprintf(opts, sizeof opts, "-cl-std=CL1.2 -cl-nv-verbose %s", variants[v].opts);
         variants[v].prog = build_src(src, opts, variants[v].name);
@@ -279,7 +291,8 @@ int main(int argc, char **argv)
         wgv[w].k = NULL;
         if (!pw) continue;
         wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
-        if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; }
+        if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; continue; }
+        CK(clSetKernelArg(wgv[w].k, 14, sizeof(int), &wgv[w].swap));
     }
 
     shape shapes[] = {
@@ -293,7 +306,7 @@ int main(int argc, char **argv)
     int nshape = (int)(sizeof shapes / sizeof shapes[0]);
     int first_row = 1;
     int fails = 0;
-    printf("\n%-22s %-18s %7s %9s %9s %s\n", "shape", "variant", "splits", "med_us", "TOPS", "check");
+    printf("\n%-22s %-18s %7s %9s %9s %9s %s\n", "shape", "variant", "splits", "med_us", "batch_us", "TOPS", "check");
     for (int si = 0; si < nshape; si++) {
         shape S = shapes[si];
         if (quick && S.M == 8192) continue;
@@ -309,12 +322,24 @@ int main(int argc, char **argv)
             double need = 256e6 / (double)(abytes + pbytes);
             nrot = need > 16 ? 16 : (need < 1 ? 1 : (int)ceil(need));
         }
-        cl_mem dA[16], dP[16];
+        size_t wbytes[2] = {ember__cl_pack_b_wgmma_size(K, N, 256), ember__cl_pack_b_wgmma_size(K, N, 128)};
+        int8_t *hw[2];
+        for (int i = 0; i < 2; i++) {
+            hw[i] = pw ? malloc(wbytes[i]) : NULL;
+            if (hw[i]) ember__cl_pack_b_wgmma(hb, K, N, N, 1, i ? 128 : 256, hw[i]);
+        }
+        cl_mem dA[16], dP[3][16];
         for (int r = 0; r < nrot; r++) {
             dA[r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, abytes, ha, &e);
             CK(e);
-            dP[r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, pbytes, hp, &e);
+            dP[0][r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, pbytes, hp, &e);
             CK(e);
+            for (int i = 0; i < 2; i++) {
+                dP[1 + i][r] = NULL;
+                if (!hw[i]) continue;
+                dP[1 + i][r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wbytes[i], hw[i], &e);
+                CK(e);
+            }
         }
         cl_mem dB = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bbytes, hb, &e);
         CK(e);
@@ -363,7 +388,7 @@ int main(int argc, char **argv)
         int nl = 0;
         for (int v = 0; v < NVAR; v++) {
             variant *V = &variants[v];
-            if (!V->k) continue;
+            if (!V->k || only_wg) continue;
             if (V->max_m && M > V->max_m) continue;
             if (M < V->min_m && S.bench) continue;
             launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0};
@@ -375,6 +400,7 @@ int main(int argc, char **argv)
         }
         for (int w = 0; w < NWG; w++) {
             if (!wgv[w].k) continue;
+            if (wgv[w].swap && S.bench) continue;
             launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0};
             Ls[nl] = L; lname[nl++] = wgv[w].name;
             int as = auto_splits(&L, M, N, K);
@@ -385,7 +411,7 @@ int main(int argc, char **argv)
             /* exact check, C poisoned */
             int poison = 0x7eadbeef;
             CK(clEnqueueFillBuffer(q, dC, &poison, 4, 0, cbytes, 0, NULL, NULL));
-            enqueue(L, dA[0], lda, dP[0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
+            enqueue(L, dA[0], lda, dP[pack_of(L)][0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
             e = clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL);
             if (e != CL_SUCCESS) { printf("%-22s %-18s run failed %d\n", sname, lname[l], e); fails++; exit(2); }
             long bad = 0, first = -1;
@@ -402,7 +428,7 @@ int main(int argc, char **argv)
                 launch L2 = *L;
                 L2.mode = 2;
                 CK(clEnqueueFillBuffer(q, dC, &poison, 4, 0, cbytes, 0, NULL, NULL));
-                enqueue(&L2, dA[0], lda, dP[0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
+                enqueue(&L2, dA[0], lda, dP[pack_of(L)][0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
                 CK(clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL));
                 long fb = 0;
                 for (size_t i = 0; i < (size_t)M * N; i++) {
@@ -414,31 +440,33 @@ int main(int argc, char **argv)
                 if (fb) { fails++; snprintf(chk + strlen(chk), sizeof chk - strlen(chk), " F32 FAIL %ld", fb); }
                 else snprintf(chk + strlen(chk), sizeof chk - strlen(chk), " +f32");
             }
-            double med = 0, tops = 0;
+            double med = 0, tops = 0, batch = 0;
             if (S.bench && !bad) {
                 enum { WARM = 5, REP = 30 };
                 double t[REP];
-                for (int r = 0; r < WARM + REP; r++) {
-                    cl_event a0 = NULL, a1 = NULL;
-                    enqueue(L, dA[r % nrot], lda, dP[r % nrot], dC, M, N, K, dsa, 1, dsb, 1, &a0, &a1);
-                    if (r >= WARM) {
-                        CK(clWaitForEvents(1, &a1));
-                        t[r - WARM] = ev_ns(a0, a1);
-                    }
-                    clReleaseEvent(a0);
-                    clReleaseEvent(a1);
-                }
+                cl_event a0[WARM + REP], a1[WARM + REP];
+                /* back to back (no host sync between launches), per-launch profiling events */
+                for (int r = 0; r < WARM + REP; r++)
+                    enqueue(L, dA[r % nrot], lda, dP[pack_of(L)][r % nrot], dC, M, N, K, dsa, 1, dsb, 1, &a0[r], &a1[r]);
+                CK(clFinish(q));
+                for (int r = 0; r < REP; r++) t[r] = ev_ns(a0[WARM + r], a1[WARM + r]);
+                batch = ev_ns(a0[WARM], a1[WARM + REP - 1]) / REP / 1e3;
+                for (int r = 0; r < WARM + REP; r++) { clReleaseEvent(a0[r]); clReleaseEvent(a1[r]); }
                 qsort(t, REP, sizeof t[0], cmp_d);
                 med = t[REP / 2] / 1e3;
                 tops = 2.0 * M * N * (double)K / (med * 1e-6) / 1e12;
             }
-            printf("%-22s %-18s %7d %9.2f %9.1f %s\n", sname, lname[l], L->splits, med, tops, chk);
+            printf("%-22s %-18s %7d %9.2f %9.2f %9.1f %s\n", sname, lname[l], L->splits, med, batch, tops, chk);
             fflush(stdout);
-            fprintf(jf, "%s{\"M\":%d,\"N\":%d,\"K\":%d,\"variant\":\"%s\",\"splits\":%d,\"us\":%.3f,\"tops\":%.2f,\"ok\":%d}",
-                    first_row ? "" : ",\n", M, N, K, lname[l], L->splits, med, tops, bad == 0);
+            fprintf(jf, "%s{\"M\":%d,\"N\":%d,\"K\":%d,\"variant\":\"%s\",\"splits\":%d,\"us\":%.3f,\"us_batch\":%.3f,\"tops\":%.2f,\"ok\":%d}",
+                    first_row ? "" : ",\n", M, N, K, lname[l], L->splits, med, batch, tops, bad == 0);
             first_row = 0;
         }
-        for (int r = 0; r < nrot; r++) { clReleaseMemObject(dA[r]); clReleaseMemObject(dP[r]); }
+        for (int r = 0; r < nrot; r++) {
+            clReleaseMemObject(dA[r]);
+            for (int i = 0; i < 3; i++) if (dP[i][r]) clReleaseMemObject(dP[i][r]);
+        }
+        free(hw[0]); free(hw[1]);
         clReleaseMemObject(dB); clReleaseMemObject(dR); clReleaseMemObject(dC);
         clReleaseMemObject(dsa); clReleaseMemObject(dsb);
         free(ha); free(hb); free(hp); free(href); free(hc); free(hsa); free(hsb);
