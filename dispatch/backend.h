@@ -23,6 +23,8 @@
 
 #define EMBER__BACKEND_API_VERSION 1
 
+struct ember__nn_ops; /* dispatch/nn.h */
+
 typedef enum ember__binop { EMBER__BINOP_ADD, EMBER__BINOP_MUL } ember__binop;
 
 /* A (possibly batched) f32 GEMM: for i in [0, batch): C_i = alpha * op(A_i) @ op(B_i) + beta * C_i,
@@ -99,6 +101,11 @@ struct ember_backend_ops {
      * not handle, and the dispatcher falls back to dequantize + gemm_f32. */
     ember_status (*q_matmul)(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                              const ember_tensor *b, ember_tensor *out);
+
+    /* (optional) the neural-network ops of ember/nn.h (dispatch/nn.h lists the entries, each
+     * optional in turn). NULL, or a NULL entry: the dispatcher downloads the operands, runs the
+     * host kernel and uploads the result, so a backend needs no kernel of its own. */
+    const struct ember__nn_ops *nn;
 };
 
 typedef struct ember_backend_ops ember_backend_ops;

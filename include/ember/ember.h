@@ -11,5 +11,6 @@
 #include <ember/tensor.h>
 #include <ember/quant.h>
 #include <ember/ops.h>
+#include <ember/nn.h>
 
 #endif

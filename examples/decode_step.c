@@ -1,0 +1,206 @@
+/* examples/decode_step.c: the number an LLM engine author asks first. One transformer-MLP decode
+ * step at LLaMA-7B size, x[1 x 4096] -> W_up [4096 x 11008] -> ReLU -> W_down [11008 x 4096], with
+ * random (seeded) weights, timed on every device and weight format: tokens/s for that block (one
+ * token = one step) and the weight bytes it streams per second.
+ *
+ * Modes: "F x Q" is burn's semantics (float activations times quantized weights: the result of
+ * dequantize-then-matmul); "W8A8" quantizes the activation row to int8 on the fly and runs the
+ * integer kernel (the context option dynamic_activation_quant). The last column is the step's
+ * error against an F32 step on the CPU: max |y - y_f32| / max |y_f32|.
+ *
+ * usage: decode_step [--reps N] [--quick] [--cpu-only]
+ *   --quick     3 timed rounds instead of 15 (the medians are printed either way)
+ *   --cpu-only  skip the OpenCL devices */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <ember/ember.h>
+
+enum { D_MODEL = 4096, D_FF = 11008, MAX_REPS = 101 };
+
+#define CHECK(expr) check_ok((expr), #expr, __LINE__)
+static void check_ok(ember_status st, const char *what, int line) {
+    if (st == EMBER_OK)
+        return;
+    fflush(stdout);
+    fprintf(stderr, "decode_step.c:%d: %s\n  -> %s: %s\n", line, what, ember_status_name(st),
+            ember_last_error());
+    exit(1);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "decode_step: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t rng_state = 0xdec0de5eedull;
+static void fill_uniform(float *p, size_t n, double lim) {
+    uint64_t x = rng_state;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        double u = (double)((x * 0x2545f4914f6cdd1dull) >> 11) / 9007199254740992.0;
+        p[i] = (float)((2.0 * u - 1.0) * lim);
+    }
+    rng_state = x;
+}
+
+/* One step; y (D_MODEL floats) is read back, which also waits for the device. */
+static void step(const ember_tensor *x, const ember_tensor *w_up, const ember_tensor *w_down,
+                 float *y) {
+    ember_tensor *h, *a, *out;
+    CHECK(ember_linear(x, w_up, NULL, &h));
+    CHECK(ember_relu(h, &a));
+    CHECK(ember_linear(a, w_down, NULL, &out));
+    CHECK(ember_tensor_read(out, y, sizeof(float) * D_MODEL));
+    ember_tensor_free(out);
+    ember_tensor_free(a);
+    ember_tensor_free(h);
+}
+
+static double rel_err(const float *y, const float *ref) {
+    double m = 0.0, e = 0.0;
+    for (int i = 0; i < D_MODEL; i++) {
+        m = fmax(m, fabs((double)ref[i]));
+        e = fmax(e, fabs((double)y[i] - (double)ref[i]));
+    }
+    return m > 0.0 ? e / m : e;
+}
+
+typedef struct fmt {
+    const char *name;
+    int quantized;
+    ember_qscheme s;
+} fmt;
+
+int main(int argc, char **argv) {
+    int reps = 15, cpu_only = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            reps = 3;
+        else if (!strcmp(argv[i], "--cpu-only"))
+            cpu_only = 1;
+        else {
+            fprintf(stderr, "usage: %s [--reps N] [--quick] [--cpu-only]\n", argv[0]);
+            return 1;
+        }
+    }
+    if (reps < 1 || reps > MAX_REPS)
+        reps = 15;
+
+    const int64_t blk[2] = {32, 1}; /* blocks of 32 along K (d_in) */
+    const fmt fmts[] = {
+        {"F32", 0, {0}},
+        {"Q8S per-tensor", 1, ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE)},
+        {"Q8S block 32", 1, ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk)},
+        {"Q4S block 32 u32", 1,
+         ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, blk)},
+    };
+    const int n_fmts = (int)(sizeof fmts / sizeof fmts[0]);
+
+    /* the weights, scaled as at initialisation so that activations stay O(1) */
+    const size_t n_up = (size_t)D_MODEL * D_FF;
+    float *w_up = xmalloc(n_up * sizeof(float)), *w_down = xmalloc(n_up * sizeof(float));
+    float x[D_MODEL], y[D_MODEL], y_ref[D_MODEL];
+    fill_uniform(x, D_MODEL, 1.0);
+    fill_uniform(w_up, n_up, sqrt(3.0 / D_MODEL));
+    fill_uniform(w_down, n_up, sqrt(3.0 / D_FF));
+    const int64_t xs[2] = {1, D_MODEL}, us[2] = {D_MODEL, D_FF}, ds[2] = {D_FF, D_MODEL};
+
+    ember_context *ctx[2];
+    CHECK(ember_context_create(NULL, &ctx[0]));
+    ember_options o = ember_options_default();
+    o.dynamic_activation_quant = 1;
+    CHECK(ember_context_create(&o, &ctx[1]));
+    const char *mode_name[2] = {"F x Q", "W8A8"};
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    const int n_cl = cpu_only ? 0 : ember_device_count(ctx[0], EMBER_BACKEND_OPENCL);
+
+    printf("decode step: x[1x%d] @ W_up[%dx%d] -> ReLU -> @ W_down[%dx%d]; median of %d rounds\n\n",
+           D_MODEL, D_MODEL, D_FF, D_FF, D_MODEL, reps);
+    printf("%-17s %-6s %-44s %11s %10s %9s %9s %10s\n", "weights", "mode", "device", "weight MB",
+           "ms/step", "tokens/s", "GB/s", "rel err");
+    int have_ref = 0;
+    for (int d = -1; d < n_cl; d++) {
+        const ember_device dev = d < 0 ? cpu : (ember_device){EMBER_BACKEND_OPENCL, d};
+        for (int mode = 0; mode < 2; mode++) {
+            ember_context *c = ctx[mode];
+            ember_device_info info;
+            CHECK(ember_device_describe(c, dev, &info));
+            char devname[128];
+            snprintf(devname, sizeof devname, "%s:%d %.60s", ember_backend_name(dev.backend),
+                     dev.index, info.name);
+            ember_tensor *tx, *tu, *td;
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, xs, x, &tx));
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, us, w_up, &tu));
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, ds, w_down, &td));
+            for (int f = 0; f < n_fmts; f++) {
+                if (!fmts[f].quantized && mode == 1)
+                    continue; /* no activation quantization without quantized weights */
+                ember_tensor *qu = tu, *qd = td;
+                size_t bytes = 2 * n_up * sizeof(float);
+                if (fmts[f].quantized) {
+                    size_t lu, ld;
+                    CHECK(ember_quantize(tu, &fmts[f].s, &qu));
+                    CHECK(ember_quantize(td, &fmts[f].s, &qd));
+                    CHECK(ember_qtensor_to_bytes(qu, NULL, 0, &lu));
+                    CHECK(ember_qtensor_to_bytes(qd, NULL, 0, &ld));
+                    bytes = lu + ld;
+                }
+                double t[MAX_REPS];
+                step(tx, qu, qd, y); /* warm-up: kernels built, weights packed */
+                if (!have_ref) {     /* the first row is F32 on the CPU: the reference */
+                    memcpy(y_ref, y, sizeof y);
+                    have_ref = 1;
+                }
+                for (int r = 0; r < reps; r++) {
+                    double t0 = now_s();
+                    step(tx, qu, qd, y);
+                    t[r] = now_s() - t0;
+                }
+                qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+                const double med = t[reps / 2];
+                printf("%-17s %-6s %-44.44s %11.1f %10.3f %9.1f %9.1f %10.2e\n", fmts[f].name,
+                       mode_name[mode], devname, (double)bytes / 1e6, 1e3 * med, 1.0 / med,
+                       (double)bytes / med / 1e9, rel_err(y, y_ref));
+                fflush(stdout);
+                if (fmts[f].quantized) {
+                    ember_tensor_free(qu);
+                    ember_tensor_free(qd);
+                }
+            }
+            ember_tensor_free(tx);
+            ember_tensor_free(tu);
+            ember_tensor_free(td);
+        }
+    }
+    printf("\n(tokens/s counts this one MLP block per token; GB/s is the weight bytes per step "
+           "divided by the step time)\n");
+    ember_context_destroy(ctx[1]);
+    ember_context_destroy(ctx[0]);
+    free(w_up);
+    free(w_down);
+    return 0;
+}
