@@ -5,7 +5,7 @@ import os
 
 out = os.environ.get("OUT", ".")
 em = {"rows": [], "fails": 0}
-for name in ("ember_gpu.json", "ember_mma.json", "ember_wg.json"):
+for name in sorted(n for n in os.listdir(out) if n.startswith("ember_") and n.endswith(".json")):
     try:
         part = json.load(open(os.path.join(out, name)))
     except (OSError, ValueError):

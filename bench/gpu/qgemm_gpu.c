@@ -101,7 +101,10 @@ static const char *ref_src =
     " int M, int N, int K) {\n"
     "  int n = get_global_id(0), m = get_global_id(1); if (m >= M || n >= N) return;\n"
     "  int s = 0; for (int k = 0; k < K; k++) s += (int)A[(size_t)m * lda + k] * (int)B[(size_t)k * N + n];\n"
-    "  C[(size_t)m * N + n] = s; }\n";
+    "  C[(size_t)m * N + n] = s; }\n"
+    "__kernel void stream(__global const uint4 *p, int n16, __global uint *out) {\n"
+    "  uint4 s = (uint4)(0u); for (int i = get_global_id(0); i < n16; i += get_global_size(0)) s ^= p[i];\n"
+    "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345678u) out[0] = 1u; }\n";
 
 enum { V_TILE, V_SKINNY, V_WGMMA };
 typedef struct variant {
@@ -173,7 +176,7 @@ typedef struct launch {
 /* packed-B buffer index of a launch: 0 mma fragment order, 1 wgmma bn 256, 2 wgmma bn 128 */
 static int pack_of(const launch *L) { return L->kind != V_WGMMA ? 0 : (L->bn == 256 ? 1 : 2); }
 
-static void enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int M, int N, int K, cl_mem sa,
+static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int M, int N, int K, cl_mem sa,
                     int sas, cl_mem sb, int sbs, cl_event *e0, cl_event *e1)
 {
     int nkb = (K + 63) / 64;
@@ -209,12 +212,14 @@ static void enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int
     }
     gs[1] = (size_t)L->splits;
     cl_event ev;
-    CK(clEnqueueNDRangeKernel(q, k, 2, NULL, gs, ls, 0, NULL, &ev));
+    cl_int err = clEnqueueNDRangeKernel(q, k, 2, NULL, gs, ls, 0, NULL, &ev);
+    if (err != CL_SUCCESS) { printf("enqueue failed %d (gs %zu x %zu, ls %zu)\n", err, gs[0], gs[1], ls[0]); return err; }
     if (L->splits <= 1) {
         if (e0) { *e0 = ev; clRetainEvent(ev); }
     }
     if (e1) *e1 = ev;
     else clReleaseEvent(ev);
+    return CL_SUCCESS;
 }
 
 static int auto_splits(const launch *L, int M, int N, int K)
@@ -241,7 +246,8 @@ int main(int argc, char **argv)
     if (only_mma) ptx = "";
     const char *outd = getenv("OUT");
     char jpath[1024];
-    snprintf(jpath, sizeof jpath, "%s/ember_%s.json", outd ? outd : ".", only_mma ? "mma" : only_wg ? "wg" : "gpu");
+    snprintf(jpath, sizeof jpath, "%s/ember_%s.json", outd ? outd : ".",
+             getenv("EMBER_JSON") ? getenv("EMBER_JSON") : only_mma ? "mma" : only_wg ? "wg" : "gpu");
     jf = fopen(jpath, "w");
     fprintf(jf, "{\"rows\":[\n");
 
@@ -287,12 +293,50 @@ int main(int argc, char **argv)
     cl_kernel kref = clCreateKernel(pref, "ref", &e);
     CK(e);
     cl_program pw = ptx[0] ? build_ptx(ptx) : NULL;
+    if (pw) {
+        cl_kernel kp = clCreateKernel(pw, "qgemm_wgmma_probe", &e);
+        if (e == CL_SUCCESS) {
+            int8_t a8[16] = {-7}, b8[16] = {13};
+            float f1 = 0.25f, f2 = 0.5f;
+            int out[16] = {0};
+            cl_mem pa = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 16, a8, &e);
+            cl_mem pb = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 16, b8, &e);
+            cl_mem pc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 64, out, &e);
+            cl_mem s1 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f1, &e);
+            cl_mem s2 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f2, &e);
+            int iv[] = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
+            clSetKernelArg(kp, 0, sizeof(cl_mem), &pa); clSetKernelArg(kp, 1, 4, &iv[0]);
+            clSetKernelArg(kp, 2, sizeof(cl_mem), &pb); clSetKernelArg(kp, 3, sizeof(cl_mem), &pc);
+            clSetKernelArg(kp, 4, 4, &iv[1]); clSetKernelArg(kp, 5, 4, &iv[2]); clSetKernelArg(kp, 6, 4, &iv[3]);
+            clSetKernelArg(kp, 7, 4, &iv[4]); clSetKernelArg(kp, 8, 4, &iv[5]); clSetKernelArg(kp, 9, 4, &iv[6]);
+            clSetKernelArg(kp, 10, sizeof(cl_mem), &s1); clSetKernelArg(kp, 11, 4, &iv[7]);
+            clSetKernelArg(kp, 12, sizeof(cl_mem), &s2); clSetKernelArg(kp, 13, 4, &iv[8]);
+            clSetKernelArg(kp, 14, 4, &iv[9]);
+            size_t g1 = 32, l1 = 32;
+            e = clEnqueueNDRangeKernel(q, kp, 1, NULL, &g1, &l1, 0, NULL, NULL);
+            cl_int e2 = clEnqueueReadBuffer(q, pc, CL_TRUE, 0, 64, out, 0, NULL, NULL);
+            printf("[probe] enqueue %d read %d:", e, e2);
+            for (int i = 0; i < 13; i++) printf(" %d", out[i]);
+            printf("   (want 16 17 18 19 20 21 22 23 24 25 -7 13 500250)\n");
+            clReleaseMemObject(pa); clReleaseMemObject(pb); clReleaseMemObject(pc);
+            clReleaseMemObject(s1); clReleaseMemObject(s2); clReleaseKernel(kp);
+        }
+    }
+    const char *wg_only = getenv("EMBER_WG_ONLY");
     for (int w = 0; w < NWG; w++) {
         wgv[w].k = NULL;
         if (!pw) continue;
+        if (wg_only && strcmp(wg_only, wgv[w].kname)) continue;
         wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
         if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; continue; }
         CK(clSetKernelArg(wgv[w].k, 14, sizeof(int), &wgv[w].swap));
+        size_t wgs = 0;
+        cl_ulong lm = 0, pm = 0;
+        clGetKernelWorkGroupInfo(wgv[w].k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wgs, &wgs, NULL);
+        clGetKernelWorkGroupInfo(wgv[w].k, dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL);
+        clGetKernelWorkGroupInfo(wgv[w].k, dev, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof pm, &pm, NULL);
+        printf("[ptx kernel %s] max work-group %zu, local mem %llu, private mem %llu\n", wgv[w].kname, wgs,
+               (unsigned long long)lm, (unsigned long long)pm);
     }
 
     shape shapes[] = {
@@ -382,6 +426,30 @@ int main(int argc, char **argv)
         }
         char sname[64];
         snprintf(sname, sizeof sname, "%dx%dx%d", M, N, K);
+        if (S.bench && M == 1 && !only_wg) {
+            /* read-only streaming of the packed weights (rotating buffers): the bandwidth floor */
+            cl_kernel ks = clCreateKernel(pref, "stream", &e);
+            CK(e);
+            int n16 = (int)(pbytes / 16);
+            for (int gsz = 132 * 4; gsz <= 132 * 16; gsz *= 2) {
+                double t3[30];
+                cl_event c0[46];
+                for (int r = 0; r < 46; r++) {
+                    CK(clSetKernelArg(ks, 0, sizeof(cl_mem), &dP[0][r % nrot]));
+                    CK(clSetKernelArg(ks, 1, sizeof(int), &n16));
+                    CK(clSetKernelArg(ks, 2, sizeof(cl_mem), &dC));
+                    size_t g1 = (size_t)gsz * 256, l1 = 256;
+                    CK(clEnqueueNDRangeKernel(q, ks, 1, NULL, &g1, &l1, 0, NULL, &c0[r]));
+                }
+                CK(clFinish(q));
+                for (int r = 0; r < 30; r++) t3[r] = ev_ns(c0[16 + r], c0[16 + r]);
+                for (int r = 0; r < 46; r++) clReleaseEvent(c0[r]);
+                qsort(t3, 30, sizeof t3[0], cmp_d);
+                printf("stream %zu bytes, %d groups: %.2f us, %.0f GB/s\n", pbytes, gsz, t3[15] / 1e3,
+                       (double)pbytes / t3[15]);
+            }
+            clReleaseKernel(ks);
+        }
         /* candidate launches */
         launch Ls[64];
         const char *lname[64];
@@ -411,8 +479,12 @@ int main(int argc, char **argv)
             /* exact check, C poisoned */
             int poison = 0x7eadbeef;
             CK(clEnqueueFillBuffer(q, dC, &poison, 4, 0, cbytes, 0, NULL, NULL));
-            enqueue(L, dA[0], lda, dP[pack_of(L)][0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL);
-            e = clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL);
+            if (enqueue(L, dA[0], lda, dP[pack_of(L)][0], dC, M, N, K, dsa, 1, dsb, 1, NULL, NULL) != CL_SUCCESS) {
+                fails++;
+                continue;
+            }
+            e = clFinish(q);
+            if (e == CL_SUCCESS) e = clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL);
             if (e != CL_SUCCESS) { printf("%-22s %-18s run failed %d\n", sname, lname[l], e); fails++; exit(2); }
             long bad = 0, first = -1;
             for (size_t i = 0; i < (size_t)M * N; i++)
@@ -442,9 +514,10 @@ int main(int argc, char **argv)
             }
             double med = 0, tops = 0, batch = 0;
             if (S.bench && !bad) {
-                enum { WARM = 5, REP = 30 };
+                enum { REP = 30 };
+                const int WARM = nrot > 5 ? nrot : 5; /* touch every rotation buffer before timing */
                 double t[REP];
-                cl_event a0[WARM + REP], a1[WARM + REP];
+                cl_event a0[16 + REP], a1[16 + REP];
                 /* back to back (no host sync between launches), per-launch profiling events */
                 for (int r = 0; r < WARM + REP; r++)
                     enqueue(L, dA[r % nrot], lda, dP[pack_of(L)][r % nrot], dC, M, N, K, dsa, 1, dsb, 1, &a0[r], &a1[r]);
@@ -457,6 +530,17 @@ int main(int argc, char **argv)
                 tops = 2.0 * M * N * (double)K / (med * 1e-6) / 1e12;
             }
             printf("%-22s %-18s %7d %9.2f %9.2f %9.1f %s\n", sname, lname[l], L->splits, med, batch, tops, chk);
+            if (S.bench && !bad && L->kind == V_SKINNY && L->splits == 1) {
+                /* the same launch with one B buffer (L2-resident): separates HBM streaming from the rest */
+                double t2[20];
+                cl_event b0[25], b1[25];
+                for (int r = 0; r < 25; r++) enqueue(L, dA[0], lda, dP[0][0], dC, M, N, K, dsa, 1, dsb, 1, &b0[r], &b1[r]);
+                CK(clFinish(q));
+                for (int r = 0; r < 20; r++) t2[r] = ev_ns(b0[5 + r], b1[5 + r]);
+                for (int r = 0; r < 25; r++) { clReleaseEvent(b0[r]); clReleaseEvent(b1[r]); }
+                qsort(t2, 20, sizeof t2[0], cmp_d);
+                printf("%-22s %-18s %7s %9.2f  (one B buffer, L2-resident)\n", sname, lname[l], "", t2[10] / 1e3);
+            }
             fflush(stdout);
             fprintf(jf, "%s{\"M\":%d,\"N\":%d,\"K\":%d,\"variant\":\"%s\",\"splits\":%d,\"us\":%.3f,\"us_batch\":%.3f,\"tops\":%.2f,\"ok\":%d}",
                     first_row ? "" : ",\n", M, N, K, lname[l], L->splits, med, batch, tops, bad == 0);

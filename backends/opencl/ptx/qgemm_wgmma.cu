@@ -254,3 +254,15 @@ extern "C" __global__ void __launch_bounds__(NTHREADS, 2)
     __shared__ __align__(8) uint64_t full[8], empty[8];
     qgemm_body<128, 8>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB, full, empty);
 }
+
+/* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
+extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
+                                             int N, int K, int kps, int mode, const float *sa, int sas,
+                                             const float *sb, int sbs, int desc_swap)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        C[0] = lda; C[1] = ldc; C[2] = M; C[3] = N; C[4] = K; C[5] = kps; C[6] = mode;
+        C[7] = sas; C[8] = sbs; C[9] = desc_swap; C[10] = A[0]; C[11] = Bp[0];
+        C[12] = (int)(sa[0] * 1000.0f) + (int)(sb[0] * 1000000.0f);
+    }
+}
