@@ -10,14 +10,14 @@ PTX=backends/opencl/ptx/qgemm_wgmma_sm90a.ptx
 if [ -n "$CUDA_CHECK" ]; then
   nvcc -gencode=arch=compute_90a,code=sm_90a -O2 -I backends/opencl/ptx bench/gpu/wgmma_cuda_check.cu \
        backends/opencl/cl_pack_mma.c -o wgcheck 2>&1 | grep -v Warn
-  timeout 60 ./wgcheck 2>&1 | tee $OUT/wgcheck.log
-  [ ${PIPESTATUS[0]} -eq 0 ] || timeout 120 compute-sanitizer --tool memcheck ./wgcheck small 2>&1 | head -60 | tee $OUT/sanitizer.log
+  timeout 60 ./wgcheck 2>&1 | tee -a $OUT/all.log
+  grep -q FAIL $OUT/all.log &&  timeout 120 compute-sanitizer --tool memcheck ./wgcheck small 2>&1 | head -60 | tee -a $OUT/all.log
 fi
-[ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee $OUT/ember_mma.log
+[ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee -a $OUT/all.log
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
   for k in qgemm_wgmma_128x256 qgemm_wgmma_128x128; do
-    EMBER_WG_ONLY=$k EMBER_JSON=$k timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee $OUT/$k.log
+    EMBER_WG_ONLY=$k EMBER_JSON=$k timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee -a $OUT/all.log
   done
 fi
-[ -n "$SKIP_CUBLAS" ] || PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu/cublas_ref.py $1 2>&1 | tee $OUT/cublas.log
+[ -n "$SKIP_CUBLAS" ] || PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu/cublas_ref.py $1 2>&1 | tee -a $OUT/all.log
 python3 bench/gpu/combine.py
