@@ -10,8 +10,10 @@ PTX=backends/opencl/ptx/qgemm_wgmma_sm90a.ptx
 if [ -n "$CUDA_CHECK" ]; then
   nvcc -gencode=arch=compute_90a,code=sm_90a -O2 -I backends/opencl/ptx bench/gpu/wgmma_cuda_check.cu \
        backends/opencl/cl_pack_mma.c -o wgcheck 2>&1 | grep -v Warn
-  timeout 60 ./wgcheck 2>&1 | tee -a $OUT/all.log
-  grep -q FAIL $OUT/all.log &&  timeout 120 compute-sanitizer --tool memcheck ./wgcheck small 2>&1 | head -60 | tee -a $OUT/all.log
+  if ! timeout 60 ./wgcheck > wg.txt 2>&1; then
+    cat wg.txt; timeout 120 compute-sanitizer --tool memcheck ./wgcheck small 2>&1 | head -60 | tee -a $OUT/all.log
+  fi
+  cat wg.txt | tee -a $OUT/all.log
 fi
 [ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee -a $OUT/all.log
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
