@@ -102,6 +102,7 @@ static const char *ref_src =
     "  int n = get_global_id(0), m = get_global_id(1); if (m >= M || n >= N) return;\n"
     "  int s = 0; for (int k = 0; k < K; k++) s += (int)A[(size_t)m * lda + k] * (int)B[(size_t)k * N + n];\n"
     "  C[(size_t)m * N + n] = s; }\n"
+    "__kernel void nop(__global uint *out) { if (get_global_id(0) == 1u << 30) out[0] = 1u; }\n"
     "__kernel void stream(__global const uint4 *p, int n16, __global uint *out) {\n"
     "  uint4 s = (uint4)(0u); for (int i = get_global_id(0); i < n16; i += get_global_size(0)) s ^= p[i];\n"
     "  if ((s.x ^ s.y ^ s.z ^ s.w) == 0x12345678u) out[0] = 1u; }\n";
@@ -449,6 +450,19 @@ int main(int argc, char **argv)
                        (double)pbytes / t3[15]);
             }
             clReleaseKernel(ks);
+            cl_kernel kn = clCreateKernel(pref, "nop", &e);
+            CK(e);
+            CK(clSetKernelArg(kn, 0, sizeof(cl_mem), &dC));
+            double t4[30];
+            cl_event c4[40];
+            size_t g4 = 132 * 256, l4 = 256;
+            for (int r = 0; r < 40; r++) CK(clEnqueueNDRangeKernel(q, kn, 1, NULL, &g4, &l4, 0, NULL, &c4[r]));
+            CK(clFinish(q));
+            for (int r = 0; r < 30; r++) t4[r] = ev_ns(c4[10 + r], c4[10 + r]);
+            for (int r = 0; r < 40; r++) clReleaseEvent(c4[r]);
+            qsort(t4, 30, sizeof t4[0], cmp_d);
+            printf("empty kernel (132 groups): %.2f us by profiling events\n", t4[15] / 1e3);
+            clReleaseKernel(kn);
         }
         /* candidate launches */
         launch Ls[64];

@@ -14,6 +14,11 @@ if [ -n "$CUDA_CHECK" ]; then
     cat wg.txt; timeout 120 compute-sanitizer --tool memcheck ./wgcheck small 2>&1 | head -60 | tee -a $OUT/all.log
   fi
   cat wg.txt | tee -a $OUT/all.log
+  if [ -n "$NCU" ]; then
+    timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis -k regex:qgemm_wgmma -c 2 ./wgcheck one > $OUT/ncu.txt 2>&1
+    grep -E "qgemm_wgmma_|Throughput|Stall|Issue|Warp Cycles|Hit Rate|Duration|Eligible|Active Warps|Bandwidth|Busy" $OUT/ncu.txt | head -80
+  fi
 fi
 [ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee -a $OUT/all.log
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
