@@ -140,8 +140,7 @@ typedef struct wg_variant {
 static wg_variant wgv[] = {
     {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 0},
     {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 0},
-    {"wgmma_128x256_sw", "qgemm_wgmma_128x256", 128, 256, 256, 1, 0},
-    {"wgmma_128x128_sw", "qgemm_wgmma_128x128", 128, 128, 256, 1, 0},
+    {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
 

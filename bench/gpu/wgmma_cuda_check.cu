@@ -21,7 +21,7 @@ extern "C" {
         }                                                                                          \
     } while (0)
 
-static int run(int M, int N, int K, int bn, int swap, int splits, int timeit)
+static int run(int M, int N, int K, int bn, int swap, int splits, int timeit, int a3 = 0)
 {
     int lda = (K + 15) / 16 * 16;
     size_t ab = (size_t)M * lda, bb = (size_t)K * N, pb = ember__cl_pack_b_wgmma_size(K, N, bn);
@@ -52,6 +52,8 @@ static int run(int M, int N, int K, int bn, int swap, int splits, int timeit)
         if (mode == 1) cudaMemsetAsync(dC, 0, (size_t)M * N * 4);
         if (bn == 256)
             qgemm_wgmma_128x256<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap);
+        else if (a3)
+            qgemm_wgmma_128x128_a3<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap);
         else
             qgemm_wgmma_128x128<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap);
     }
@@ -76,7 +78,7 @@ static int run(int M, int N, int K, int bn, int swap, int splits, int timeit)
         }
     }
     double us = ms * 1e3 / reps;
-    printf("cuda wgmma bn=%d swap=%d splits=%d %dx%dx%d: %s (%ld/%ld bad)%s", bn, swap, splits, M, N, K,
+    printf("cuda wgmma%s bn=%d swap=%d splits=%d %dx%dx%d: %s (%ld/%ld bad)%s", a3 ? "_a3" : "", bn, swap, splits, M, N, K,
            bad ? "FAIL" : "exact", bad, chk, timeit ? "" : "\n");
     if (timeit) printf("  %.2f us  %.1f TOPS\n", us, 2.0 * M * N * (double)K / (us * 1e-6) / 1e12);
     cudaFree(dA); cudaFree(dP); cudaFree(dC); cudaFree(ds);
@@ -89,19 +91,23 @@ int main(int argc, char **argv)
     int small = argc > 1 && !strcmp(argv[1], "small");
     if (argc > 1 && !strcmp(argv[1], "one")) { /* one launch of each kernel at 4096^3, for ncu */
         run(4096, 4096, 4096, 256, 0, 1, 0);
+        run(4096, 4096, 4096, 128, 0, 1, 0, 1);
         return run(4096, 4096, 4096, 128, 0, 1, 0);
     }
     int rc = 0;
-    for (int swap = 0; swap < 2; swap++)
+    for (int swap = 0; swap < 1; swap++)
         for (int bn = 256; bn >= 128; bn /= 2) {
             rc |= run(1, 8, 64, bn, swap, 1, 0);
             rc |= run(130, 260, 272, bn, swap, 1, 0);
             rc |= run(130, 260, 272, bn, swap, 3, 0);
             if (!small) rc |= run(300, 515, 2049, bn, swap, 1, 0);
+            if (bn == 128) rc |= run(300, 515, 2049, bn, swap, 2, 0, 1);
         }
     if (!small) {
         run(4096, 4096, 4096, 256, 0, 1, 1);
         run(4096, 4096, 4096, 128, 0, 1, 1);
+        run(4096, 4096, 4096, 128, 0, 1, 1, 1);
+        run(8192, 8192, 8192, 128, 0, 1, 1);
         run(8192, 8192, 8192, 256, 0, 1, 1);
         run(128, 4096, 4096, 256, 0, 8, 1);
         run(512, 4096, 4096, 256, 0, 2, 1);

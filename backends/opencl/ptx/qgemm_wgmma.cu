@@ -5,7 +5,7 @@
  * Plain C-style CUDA: no CUDA runtime calls, no dynamic shared memory, static shared memory < 48 KiB
  * (OpenCL cannot raise the limit), kernels extern "C" so the entry names are stable.
  *
- * Kernels qgemm_wgmma_128x256 (STAGES 5) and qgemm_wgmma_128x128 (STAGES 8):
+ * Kernels qgemm_wgmma_128x256 (3 B stages), qgemm_wgmma_128x128 (6), qgemm_wgmma_128x128_a3 (4, A 3 ahead):
  *   C[M,N] (+)= A[M,K] . B[K,N], CTA tile 128 x BN, 256 threads = two warpgroups (rows 0-63 / 64-127
  *   of the tile, one wgmma m64nBNk32 per k32 stage each); thread 0 also issues the bulk copies (a
  *   separate producer warp would push the 128x256 kernel past 224 registers a thread).
@@ -14,8 +14,9 @@
  *      contiguous; core (n8 group ng, k16 half h) at (2 ng + h) * 128), with the k permutation below;
  *      thread 0 moves one stage with one 1-D bulk copy
  *      (cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes) completing on full[slot].
- *   A: row-major int8 [M][lda], lda % 16 == 0; consumers load their wgmma A fragments straight into
- *      registers, 16 bytes per row per k64, two k64 blocks ahead. To make that one 16-byte load, k is
+ *   A: row-major int8 [M][lda], lda % 16 == 0; each consumer thread fetches its own wgmma A fragment
+ *      bytes (16 per row per k64) with cp.async into a private shared-memory slot DA blocks ahead and
+ *      reads them into registers just before its wgmma (A from registers). To make that one 16-byte load, k is
  *      permuted inside each k64 block: wgmma logical k = 32 s + 16 h + 4 t + i (k32 step s, half h,
  *      quad t, byte i) reads physical k = 16 t + 8 s + 4 h + i; B is packed with the same permutation,
  *      so the sum is unchanged (integer addition is exact in any order).
@@ -108,23 +109,23 @@ __device__ __forceinline__ void epi_store(int mode, int *C, int ldc, int M, int 
     }
 }
 
-template <int BN, int STAGES>
+template <int BN>
 __device__ __forceinline__ void wgmma_bn(int *d, const unsigned *a, uint64_t desc);
 
-template <> __device__ __forceinline__ void wgmma_bn<256, 5>(int *d, const unsigned *a, uint64_t desc)
+template <> __device__ __forceinline__ void wgmma_bn<256>(int *d, const unsigned *a, uint64_t desc)
 {
     wgmma_n256(d, a, desc, 1);
 }
-template <> __device__ __forceinline__ void wgmma_bn<128, 8>(int *d, const unsigned *a, uint64_t desc)
+template <> __device__ __forceinline__ void wgmma_bn<128>(int *d, const unsigned *a, uint64_t desc)
 {
     wgmma_n128(d, a, desc, 1);
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, int DA>
 __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
-                                           uint8_t *sB, uint64_t *full, uint64_t *empty)
+                                           uint8_t *sB, uint4 *sA, uint64_t *full, uint64_t *empty)
 {
     constexpr int STAGE_BYTES = BN * 32;
     constexpr int NACC = BN / 2;
@@ -174,20 +175,13 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0;
 
-    uint4 ra[3][2];
-    ra[0][0] = lda16(A, lda, M, K, row0, (kb0 + 0) * 64 + 16 * t);
-    ra[0][1] = lda16(A, lda, M, K, row1, (kb0 + 0) * 64 + 16 * t);
-    ra[1][0] = nb > 1 ? lda16(A, lda, M, K, row0, (kb0 + 1) * 64 + 16 * t) : make_uint4(0, 0, 0, 0);
-    ra[1][1] = nb > 1 ? lda16(A, lda, M, K, row1, (kb0 + 1) * 64 + 16 * t) : make_uint4(0, 0, 0, 0);
-    ra[2][0] = ra[2][1] = make_uint4(0, 0, 0, 0);
-
     /* one k32 stage: wait full, wgmma, keep one group in flight, release the previous slot */
 #define STAGE(it_, areg)                                                                                   \
     do {                                                                                                   \
         int slot_ = (it_) % STAGES;                                                                        \
         mbar_wait(&full[slot_], ((it_) / STAGES) & 1);                                                     \
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");                                            \
-        wgmma_bn<BN, STAGES>(acc, areg, make_desc(sB + slot_ * STAGE_BYTES, lbo, sbo));                    \
+        wgmma_bn<BN>(acc, areg, make_desc(sB + slot_ * STAGE_BYTES, lbo, sbo));                    \
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");                                     \
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");                                     \
         if ((it_) > 0) {                                                                                   \
@@ -204,27 +198,40 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         }                                                                                                  \
     } while (0)
 
-#define BLOCK(XI, YI)                                                                                        \
-    if (b + (XI) < nb) {                                                                                    \
-        int bb_ = b + (XI);                                                                                 \
-        unsigned a0_[4] = {ra[XI][0].x, ra[XI][1].x, ra[XI][0].y, ra[XI][1].y};                                \
-        STAGE(2 * bb_, a0_);                                                                               \
-        /* block bb_-1 is complete: its registers take block bb_+2 */                                      \
-        if (bb_ + 2 < nb) {                                                                                \
-            ra[YI][0] = lda16(A, lda, M, K, row0, (kb0 + bb_ + 2) * 64 + 16 * t);                           \
-            ra[YI][1] = lda16(A, lda, M, K, row1, (kb0 + bb_ + 2) * 64 + 16 * t);                           \
-        }                                                                                                  \
-        unsigned a1_[4] = {ra[XI][0].z, ra[XI][1].z, ra[XI][0].w, ra[XI][1].w};                                \
-        STAGE(2 * bb_ + 1, a1_);                                                                           \
-    }
+    /* A: each thread stages its own two 16-byte chunks per k64 block (rows row0/row1, bytes 16t..16t+15)
+     * in shared memory with cp.async, DA blocks ahead, and reads them back right before use: a global
+     * load straight into the A registers would make every wgmma.fence wait for the prefetch. */
+    const uint32_t sa_base = smem_u32(sA) + 16u * (uint32_t)tid;
+#define A_ISSUE(blk)                                                                                       \
+    do {                                                                                                   \
+        int k_ = (kb0 + (blk)) * 64 + 16 * t;                                                              \
+        uint32_t d_ = sa_base + (uint32_t)(((blk) % DA) * 2 * 256 * 16);                                     \
+        const int8_t *s0_ = A + (size_t)(row0 < M ? row0 : 0) * lda + (k_ < K ? k_ : 0);                    \
+        const int8_t *s1_ = A + (size_t)(row1 < M ? row1 : 0) * lda + (k_ < K ? k_ : 0);                    \
+        uint32_t n0_ = (row0 < M && k_ < K) ? 16u : 0u, n1_ = (row1 < M && k_ < K) ? 16u : 0u;              \
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_), "l"(s0_), "r"(n0_) : "memory"); \
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_ + 256u * 16u), "l"(s1_), "r"(n1_) \
+                     : "memory");                                                                          \
+    } while (0)
 
-    for (int b = 0; b < nb; b += 3) {
-        BLOCK(0, 2)
-        BLOCK(1, 0)
-        BLOCK(2, 1)
+#pragma unroll
+    for (int d = 0; d < DA - 1; d++) {
+        if (d < nb) A_ISSUE(d);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int b = 0; b < nb; b++) {
+        if (b + DA - 1 < nb) A_ISSUE(b + DA - 1);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(DA - 1) : "memory");
+        const uint4 *sl = sA + (b % DA) * 2 * 256 + tid;
+        uint4 r0 = sl[0], r1 = sl[256];
+        unsigned a0_[4] = {r0.x, r1.x, r0.y, r1.y};
+        STAGE(2 * b, a0_);
+        unsigned a1_[4] = {r0.z, r1.z, r0.w, r1.w};
+        STAGE(2 * b + 1, a1_);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#undef BLOCK
+#undef A_ISSUE
 #undef STAGE
 
 #pragma unroll
@@ -235,25 +242,23 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     }
 }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
-    qgemm_wgmma_128x256(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc,
-                        int M, int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,
-                        int desc_swap)
-{
-    __shared__ __align__(128) uint8_t sB[5 * 256 * 32];
-    __shared__ __align__(8) uint64_t full[5], empty[5];
-    qgemm_body<256, 5>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB, full, empty);
-}
+#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, MINB)                                                   \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, MINB)                                           \
+        name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
+             int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
+             int desc_swap)                                                                                \
+    {                                                                                                      \
+        __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
+        __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
+        __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
+        qgemm_body<BN_, ST_, DA_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB,   \
+                                  sA, full, empty);                                                        \
+    }
 
-extern "C" __global__ void __launch_bounds__(NTHREADS, 2)
-    qgemm_wgmma_128x128(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc,
-                        int M, int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,
-                        int desc_swap)
-{
-    __shared__ __align__(128) uint8_t sB[8 * 128 * 32];
-    __shared__ __align__(8) uint64_t full[8], empty[8];
-    qgemm_body<128, 8>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB, full, empty);
-}
+/* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM; static shared memory < 48 KiB */
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 1)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2)
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
