@@ -203,6 +203,10 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     CK(clSetKernelArg(k, a++, sizeof(int), &sas));
     CK(clSetKernelArg(k, a++, sizeof(cl_mem), &sb));
     CK(clSetKernelArg(k, a++, sizeof(int), &sbs));
+    if (L->kind != V_WGMMA) {
+        cl_long c_off = 0;
+        CK(clSetKernelArg(k, a++, sizeof c_off, &c_off));
+    }
     size_t gs[2], ls[2] = {(size_t)L->nthr, 1};
     if (L->kind == V_SKINNY) {
         gs[0] = (size_t)((N + 7) / 8) * (size_t)L->nthr;
@@ -305,6 +309,8 @@ int main(int argc, char **argv)
             cl_mem s1 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f1, &e);
             cl_mem s2 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f2, &e);
             int iv[] = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
+            cl_long zero64 = 0;
+            clSetKernelArg(kp, 15, sizeof zero64, &zero64);
             clSetKernelArg(kp, 0, sizeof(cl_mem), &pa); clSetKernelArg(kp, 1, 4, &iv[0]);
             clSetKernelArg(kp, 2, sizeof(cl_mem), &pb); clSetKernelArg(kp, 3, sizeof(cl_mem), &pc);
             clSetKernelArg(kp, 4, 4, &iv[1]); clSetKernelArg(kp, 5, 4, &iv[2]); clSetKernelArg(kp, 6, 4, &iv[3]);
@@ -330,6 +336,8 @@ int main(int argc, char **argv)
         wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
         if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; continue; }
         CK(clSetKernelArg(wgv[w].k, 14, sizeof(int), &wgv[w].swap));
+        cl_long c_off0 = 0;
+        CK(clSetKernelArg(wgv[w].k, 15, sizeof c_off0, &c_off0));
         size_t wgs = 0;
         cl_ulong lm = 0, pm = 0;
         clGetKernelWorkGroupInfo(wgv[w].k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wgs, &wgs, NULL);
@@ -517,7 +525,7 @@ int main(int argc, char **argv)
                 CK(clEnqueueReadBuffer(q, dC, CL_TRUE, 0, cbytes, hc, 0, NULL, NULL));
                 long fb = 0;
                 for (size_t i = 0; i < (size_t)M * N; i++) {
-                    float want = (float)href[i] * (hsa[i / (size_t)N] * hsb[i % (size_t)N]);
+                    float want = 0.0f + (hsa[i / (size_t)N] * hsb[i % (size_t)N]) * (float)href[i];
                     float got;
                     memcpy(&got, &hc[i], 4);
                     if (memcmp(&got, &want, 4)) fb++;

@@ -5,7 +5,7 @@
 set -o pipefail
 OUT=${OUT:-.}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
-gcc -O2 -std=gnu11 -o qgemm_gpu bench/gpu/qgemm_gpu.c backends/opencl/cl_pack_mma.c -lOpenCL -lm || exit 1
+gcc -O2 -std=gnu11 -ffp-contract=off -o qgemm_gpu bench/gpu/qgemm_gpu.c backends/opencl/cl_pack_mma.c -lOpenCL -lm || exit 1
 PTX=backends/opencl/ptx/qgemm_wgmma_sm90a.ptx
 if [ -n "$CUDA_CHECK" ]; then
   nvcc -gencode=arch=compute_90a,code=sm_90a -O2 -I backends/opencl/ptx bench/gpu/wgmma_cuda_check.cu \

@@ -24,13 +24,16 @@
  * Epilogue (`mode`):
  *   0  C[m][n]  = acc                       (int32 store; split-K must be 1)
  *   1  C[m][n] += acc                       (int32 atomic add; C zeroed first; any split-K)
- *   2  C[m][n]  = (float)acc * (sa[m * sa_stride] * sb[n * sb_stride])
+ *   2  C[m][n]  = 0.0f + (sa[m * sa_stride] * sb[n * sb_stride]) * (float)acc   (the CPU backend's
+ *      epilogue, qgemm.cl's too: the 0.0f + turns an underflowed -0 into +0)
  *      sa_stride / sb_stride 0: per-tensor scale, 1: per-row of A / per-column of B. (split-K 1)
  *   Per-block-along-K scales are not fused: run split-K aligned to the quant block with mode 1 per
  *   block is wrong for floats, so the backend leaves that scheme to the dequantize fallback.
  *   The integer sum is exact in every mode and independent of the launch shape.
  *
  * Build options (-D): BM, BN (tile), WM, WN (warp tile; WM % 16 == 0, WN % 8 == 0), STAGES.
+ * Arguments (both kernels): A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sa_stride, sb, sb_stride,
+ *   c_off (elements added to C first: the batch offset of the output).
  * Work sizes: qgemm_mma_tile: local (32 * (BM/WM) * (BN/WN), 1, 1),
  *   global (ceil(M/BM) * ceil(N/BN) * local0, splits, 1); `kps` = k64 blocks per split.
  *   qgemm_mma_skinny: local (32 * SK_WARPS, 1, 1), global (nb8 * local0, splits, 1).
@@ -71,12 +74,16 @@
 #ifdef EMBER_CLANG_CHECK
 /* Local syntax/register check with clang -target nvptx64-nvidia-nvcl (no OpenCL library). */
 #define LID() ((uint)__nvvm_read_ptx_sreg_tid_x())
+#define GGID0() ((long)__nvvm_read_ptx_sreg_ctaid_x() * __nvvm_read_ptx_sreg_ntid_x() + __nvvm_read_ptx_sreg_tid_x())
+#define GGID1() ((long)__nvvm_read_ptx_sreg_ctaid_y() * __nvvm_read_ptx_sreg_ntid_y() + __nvvm_read_ptx_sreg_tid_y())
 #define GID0() ((uint)__nvvm_read_ptx_sreg_ctaid_x())
 #define GID1() ((uint)__nvvm_read_ptx_sreg_ctaid_y())
 #define BARRIER() __asm__ volatile("bar.sync 0;" ::: "memory")
 #define ATOMIC_ADD(p, v) __asm__ volatile("red.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory")
 #else
 #define LID() ((uint)get_local_id(0))
+#define GGID0() ((long)get_global_id(0))
+#define GGID1() ((long)get_global_id(1))
 #define GID0() ((uint)get_group_id(0))
 #define GID1() ((uint)get_group_id(1))
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
@@ -140,8 +147,8 @@ static inline void epi_store(int mode, __global int *C, __global float *Cf, int 
         if (n + 1 < N && v1) ATOMIC_ADD(C + (size_t)m * ldc + n + 1, v1);
     } else {
         float s = sa[(size_t)m * sa_stride];
-        if (n < N) Cf[(size_t)m * ldc + n] = (float)v0 * (s * sb[(size_t)n * sb_stride]);
-        if (n + 1 < N) Cf[(size_t)m * ldc + n + 1] = (float)v1 * (s * sb[(size_t)(n + 1) * sb_stride]);
+        if (n < N) Cf[(size_t)m * ldc + n] = 0.0f + (s * sb[(size_t)n * sb_stride]) * (float)v0;
+        if (n + 1 < N) Cf[(size_t)m * ldc + n + 1] = 0.0f + (s * sb[(size_t)(n + 1) * sb_stride]) * (float)v1;
     }
 }
 
@@ -171,8 +178,10 @@ static inline void load_stage(__local char *as, __local char *bs, __global const
 __kernel __attribute__((reqd_work_group_size(NTHR, 1, 1)))
 void qgemm_mma_tile(__global const char *A, int lda, __global const char *Bp,
                     __global int *C, int ldc, int M, int N, int K, int kps, int mode,
-                    __global const float *sa, int sa_stride, __global const float *sb, int sb_stride)
+                    __global const float *sa, int sa_stride, __global const float *sb, int sb_stride,
+                    long c_off)
 {
+    C += c_off;
     __local uint4 As4[STAGES * BM * 4];
     __local uint4 Bs4[STAGES * BN * 4];
     __local char *As = (__local char *)As4;
@@ -279,8 +288,10 @@ static inline uint lda4(__global const char *A, int lda, int M, int K, int m, in
 __kernel __attribute__((reqd_work_group_size(32 * SK_WARPS, 1, 1)))
 void qgemm_mma_skinny(__global const char *A, int lda, __global const uint4 *Bp,
                       __global int *C, int ldc, int M, int N, int K, int kps, int mode,
-                      __global const float *sa, int sa_stride, __global const float *sb, int sb_stride)
+                      __global const float *sa, int sa_stride, __global const float *sb, int sb_stride,
+                      long c_off)
 {
+    C += c_off;
     __local int red[SK_WARPS][SK_MT * 4][32];
     const uint tid = LID();
     const uint lane = tid & 31u, warp = tid >> 5;
@@ -342,4 +353,52 @@ void qgemm_mma_skinny(__global const char *A, int lda, __global const uint4 *Bp,
         epi_store(mode, C, Cf, ldc, M, N, m, n, v[0], v[1], sa, sa_stride, sb, sb_stride);
         epi_store(mode, C, Cf, ldc, M, N, m + 8, n, v[2], v[3], sa, sa_stride, sb, sb_stride);
     }
+}
+
+/* ---- operand preparation for the backend (one work-item per output byte) ----
+ * Operand element (r, c) of a matrix at byte off[idx] of `src`: r * ld + c, or with trans c * ld + r. */
+static inline char elem(__global const char *src, __global const long *off, int idx, long ld, int trans,
+                        long r, long c)
+{
+    return src[off[idx] + (trans ? c * ld + r : r * ld + c)];
+}
+
+/* A [M][K] -> dst [M][ldd] (ldd = K rounded up to 16), zero past K. global (ldd, M). */
+__kernel void qgemm_prep_a(__global const char *a, __global const long *a_off, int idx, long lda, int trans,
+                           int M, int K, __global char *dst, int ldd)
+{
+    int k = (int)GGID0(), m = (int)GGID1();
+    if (m >= M || k >= ldd) return;
+    dst[(size_t)m * ldd + k] = k < K ? elem(a, a_off, idx, lda, trans, m, k) : (char)0;
+}
+
+/* B [K][N] -> the mma fragment packing of ember__cl_pack_b_mma (cl_pack_mma.c). global (bytes). */
+__kernel void qgemm_pack_b_mma(__global const char *b, __global const long *b_off, int idx, long ldb, int trans,
+                               int K, int N, __global char *dst, long bytes)
+{
+    long x = GGID0();
+    if (x >= bytes) return;
+    int nkb = (K + 63) >> 6;
+    long blk = x >> 9;
+    int w = (int)(x & 511);
+    long j = blk / nkb, kb = blk % nkb;
+    int l = w >> 4, q = (w >> 2) & 3, i = w & 3;
+    long row = 64 * kb + 16 * q + 4 * (l & 3) + i, col = 8 * j + (l >> 2);
+    dst[x] = (row < K && col < N) ? elem(b, b_off, idx, ldb, trans, row, col) : (char)0;
+}
+
+/* B [K][N] -> the wgmma packing of ember__cl_pack_b_wgmma for tile width bn. global (bytes). */
+__kernel void qgemm_pack_b_wgmma(__global const char *b, __global const long *b_off, int idx, long ldb,
+                                 int trans, int K, int N, int bn, __global char *dst, long bytes)
+{
+    long x = GGID0();
+    if (x >= bytes) return;
+    long nst = 2 * ((K + 63) >> 6);
+    long stage = x / (bn * 32);
+    int within = (int)(x % (bn * 32));
+    long tn = stage / nst, st = stage % nst;
+    int core = within >> 7, ng = core >> 1, h = core & 1, r = (within >> 4) & 7, jj = within & 15;
+    int t = jj >> 2, i = jj & 3;
+    long kk = 64 * (st >> 1) + 16 * t + 8 * (st & 1) + 4 * h + i, nn = tn * bn + 8 * ng + r;
+    dst[x] = (kk < K && nn < N) ? elem(b, b_off, idx, ldb, trans, kk, nn) : (char)0;
 }

@@ -21,7 +21,8 @@
  *      quad t, byte i) reads physical k = 16 t + 8 s + 4 h + i; B is packed with the same permutation,
  *      so the sum is unchanged (integer addition is exact in any order).
  *   Split-K: get_group_id(1) (blockIdx.y) takes k64 blocks [y * kps, (y + 1) * kps).
- *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales.
+ *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales
+ *   (0.0f + (sa * sb) * (float)acc, the CPU backend's). Last argument c_off: elements added to C.
  *   desc_swap: 0 = LBO is the K-direction core-matrix stride (PTX ISA); 1 = swapped (diagnostic).
  */
 #include <stdint.h>
@@ -104,8 +105,9 @@ __device__ __forceinline__ void epi_store(int mode, int *C, int ldc, int M, int 
     } else {
         float *Cf = (float *)C;
         float s = sa[(size_t)m * sas];
-        if (n < N) Cf[(size_t)m * ldc + n] = (float)v0 * (s * sb[(size_t)n * sbs]);
-        if (n + 1 < N) Cf[(size_t)m * ldc + n + 1] = (float)v1 * (s * sb[(size_t)(n + 1) * sbs]);
+        if (n < N) Cf[(size_t)m * ldc + n] = __fadd_rn(0.0f, __fmul_rn(s * sb[(size_t)n * sbs], (float)v0));
+        if (n + 1 < N)
+            Cf[(size_t)m * ldc + n + 1] = __fadd_rn(0.0f, __fmul_rn(s * sb[(size_t)(n + 1) * sbs], (float)v1));
     }
 }
 
@@ -246,8 +248,9 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     extern "C" __global__ void __launch_bounds__(NTHREADS, MINB)                                           \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
-             int desc_swap)                                                                                \
+             int desc_swap, long long c_off)                                                               \
     {                                                                                                      \
+        C += c_off;                                                                                        \
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
@@ -263,8 +266,9 @@ QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2)
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
                                              int N, int K, int kps, int mode, const float *sa, int sas,
-                                             const float *sb, int sbs, int desc_swap)
+                                             const float *sb, int sbs, int desc_swap, long long c_off)
 {
+    (void)c_off;
     if (threadIdx.x == 0 && blockIdx.x == 0) {
         C[0] = lda; C[1] = ldc; C[2] = M; C[3] = N; C[4] = K; C[5] = kps; C[6] = mode;
         C[7] = sas; C[8] = sbs; C[9] = desc_swap; C[10] = A[0]; C[11] = Bp[0];
