@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cl_backend.h"
+#include "cl_qmatmul_mma.h"
 
 static int always(const ember__cl_device *d) {
     (void)d;
@@ -59,7 +60,9 @@ static ember_status run_dot4(ember__cl_state *s, int dev, const ember__cl_qgemm_
 }
 
 const ember__cl_qpath ember__cl_qpaths[] = {
-    /* tensor-core paths ("mma", "wgmma") go here, best first */
+    /* tensor-core paths, best first (cl_qmatmul_mma.c) */
+    {"wgmma", "opencl.wgmma_sm90a", ember__cl_has_wgmma, ember__cl_run_wgmma},
+    {"mma", "opencl.mma_sm80", ember__cl_has_mma, ember__cl_run_mma},
     {"dot4", "opencl.dot4", has_dot4, run_dot4},
     {"generic", "opencl.generic", always, run_generic},
     {NULL, NULL, NULL, NULL},
