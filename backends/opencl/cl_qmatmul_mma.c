@@ -189,14 +189,16 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         cl_int ldc = N, kps = (K + 63) / 64, mode = 2, zero = 0;
         if (use_wg) {
             cl_int swap = 0;
+            cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
                 EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
-                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(swap),     EMBER_CL_ARG(c_off)};
+                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
+                EMBER_CL_ARG(off_hi)};
             const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
             const size_t local[2] = {256, 1}, global[2] = {tiles * 256, 1};
-            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 16, args, global, local);
+            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 17, args, global, local);
         } else {
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),

@@ -309,8 +309,9 @@ int main(int argc, char **argv)
             cl_mem s1 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f1, &e);
             cl_mem s2 = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, 4, &f2, &e);
             int iv[] = {16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
-            cl_long zero64 = 0;
-            clSetKernelArg(kp, 15, sizeof zero64, &zero64);
+            cl_uint zero32 = 0;
+            clSetKernelArg(kp, 15, sizeof zero32, &zero32);
+            clSetKernelArg(kp, 16, sizeof zero32, &zero32);
             clSetKernelArg(kp, 0, sizeof(cl_mem), &pa); clSetKernelArg(kp, 1, 4, &iv[0]);
             clSetKernelArg(kp, 2, sizeof(cl_mem), &pb); clSetKernelArg(kp, 3, sizeof(cl_mem), &pc);
             clSetKernelArg(kp, 4, 4, &iv[1]); clSetKernelArg(kp, 5, 4, &iv[2]); clSetKernelArg(kp, 6, 4, &iv[3]);
@@ -336,8 +337,9 @@ int main(int argc, char **argv)
         wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
         if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; continue; }
         CK(clSetKernelArg(wgv[w].k, 14, sizeof(int), &wgv[w].swap));
-        cl_long c_off0 = 0;
+        cl_uint c_off0 = 0;
         CK(clSetKernelArg(wgv[w].k, 15, sizeof c_off0, &c_off0));
+        CK(clSetKernelArg(wgv[w].k, 16, sizeof c_off0, &c_off0));
         size_t wgs = 0;
         cl_ulong lm = 0, pm = 0;
         clGetKernelWorkGroupInfo(wgv[w].k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wgs, &wgs, NULL);

@@ -22,7 +22,9 @@
  *      so the sum is unchanged (integer addition is exact in any order).
  *   Split-K: get_group_id(1) (blockIdx.y) takes k64 blocks [y * kps, (y + 1) * kps).
  *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales
- *   (0.0f + (sa * sb) * (float)acc, the CPU backend's). Last argument c_off: elements added to C.
+ *   (0.0f + (sa * sb) * (float)acc, the CPU backend's). Last arguments c_off_lo, c_off_hi: the 64-bit
+ *   element offset added to C, as two 32-bit halves (every 64-bit parameter of this module is a buffer
+ *   pointer: build.sh marks all of them `.ptr .global` for NVIDIA's OpenCL).
  *   desc_swap: 0 = LBO is the K-direction core-matrix stride (PTX ISA); 1 = swapped (diagnostic).
  */
 #include <stdint.h>
@@ -248,9 +250,9 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     extern "C" __global__ void __launch_bounds__(NTHREADS, MINB)                                           \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
-             int desc_swap, long long c_off)                                                               \
+             int desc_swap, unsigned c_off_lo, unsigned c_off_hi)                                          \
     {                                                                                                      \
-        C += c_off;                                                                                        \
+        C += (long long)(((unsigned long long)c_off_hi << 32) | c_off_lo);                                 \
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
@@ -266,9 +268,11 @@ QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2)
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
                                              int N, int K, int kps, int mode, const float *sa, int sas,
-                                             const float *sb, int sbs, int desc_swap, long long c_off)
+                                             const float *sb, int sbs, int desc_swap, unsigned c_off_lo,
+                                             unsigned c_off_hi)
 {
-    (void)c_off;
+    (void)c_off_lo;
+    (void)c_off_hi;
     if (threadIdx.x == 0 && blockIdx.x == 0) {
         C[0] = lda; C[1] = ldc; C[2] = M; C[3] = N; C[4] = K; C[5] = kps; C[6] = mode;
         C[7] = sas; C[8] = sbs; C[9] = desc_swap; C[10] = A[0]; C[11] = Bp[0];
