@@ -137,13 +137,36 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     size_t abytes = (size_t)m * (size_t)lda16;
     size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, 128) : ember__cl_pack_b_mma_size(k, n);
     EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
-    cl_mem ap = NULL, bp = NULL, ones = NULL;
+    cl_mem ap = NULL, bp = NULL, ones = NULL, ws = NULL, cnt = NULL;
     const cl_float one = 1.0f;
     ember_status st = ember__cl_temp(s, dev, "q_matmul", abytes, NULL, &ap);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &bp);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", sizeof one, &one, &ones);
+    /* wgmma split-K for grids that leave SMs idle (2 CTAs per SM of 132): the kernel reduces the
+     * splits itself through a workspace and per-tile counters (zero here, left zero by the kernel) */
+    const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
+    const int nkb = (k + 63) / 64;
+    int splits = 1;
+    while (use_wg && tiles * (size_t)splits * 2 <= 264 && splits * 2 <= 4 && splits * 2 * 8 <= nkb)
+        splits *= 2;
+    if (st == EMBER_OK && splits > 1) {
+        st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 128 * 128 * 4, NULL, &ws);
+        int *zeros = st == EMBER_OK ? ember__calloc(tiles, sizeof(int)) : NULL;
+        if (st == EMBER_OK && !zeros)
+            st = ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, __func__, __LINE__,
+                             "q_matmul: no memory for %zu split-K counters", tiles);
+        if (st == EMBER_OK)
+            st = ember__cl_temp(s, dev, "q_matmul", tiles * sizeof(int), zeros, &cnt);
+        ember__free(zeros);
+    }
+    if (st == EMBER_OK && !ws) { /* unused by a one-split launch, but a buffer must be passed */
+        ws = ones;
+        cnt = ones;
+        clRetainMemObject(ones);
+        clRetainMemObject(ones);
+    }
     char opts[160];
     if (skinny)
         snprintf(opts, sizeof opts, "-DSK_WARPS=8 -DSK_MT=1 -DSK_U=4");
@@ -186,7 +209,7 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         if (st != EMBER_OK)
             break;
         /* the GEMM: mode 2 (float out), per-tensor scale[0] * 1.0f */
-        cl_int ldc = N, kps = (K + 63) / 64, mode = 2, zero = 0;
+        cl_int ldc = N, kps = use_wg ? (nkb + splits - 1) / splits : nkb, mode = 2, zero = 0;
         if (use_wg) {
             cl_int swap = 0;
             cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
@@ -195,10 +218,9 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
                 EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
                 EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
-                EMBER_CL_ARG(off_hi)};
-            const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
-            const size_t local[2] = {256, 1}, global[2] = {tiles * 256, 1};
-            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 17, args, global, local);
+                EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws), EMBER_CL_ARG(cnt)};
+            const size_t local[2] = {256, 1}, global[2] = {tiles * 256, (size_t)splits};
+            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 19, args, global, local);
         } else {
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
@@ -225,6 +247,10 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         clReleaseMemObject(bp);
     if (ones)
         clReleaseMemObject(ones);
+    if (ws)
+        clReleaseMemObject(ws);
+    if (cnt)
+        clReleaseMemObject(cnt);
     return st;
 }
 

@@ -32,6 +32,7 @@
     } while (0)
 
 static cl_context ctx;
+static cl_mem g_ws, g_cnt; /* split-K workspace and tile counters of the wgmma kernels */
 static cl_command_queue q;
 static cl_device_id dev;
 static FILE *jf;
@@ -182,7 +183,7 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     int nkb = (K + 63) / 64;
     int kps = (nkb + L->splits - 1) / L->splits;
     int mode = L->mode;
-    if (L->splits > 1) {
+    if (L->splits > 1 && L->kind != V_WGMMA) {
         int zero = 0;
         CK(clEnqueueFillBuffer(q, C, &zero, 4, 0, (size_t)M * N * 4, 0, NULL, e0));
         mode = 1;
@@ -206,6 +207,9 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     if (L->kind != V_WGMMA) {
         cl_long c_off = 0;
         CK(clSetKernelArg(k, a++, sizeof c_off, &c_off));
+    } else { /* 14 desc_swap, 15/16 c_off halves: set once; 17/18 split-K workspace and counters */
+        CK(clSetKernelArg(k, 17, sizeof(cl_mem), &g_ws));
+        CK(clSetKernelArg(k, 18, sizeof(cl_mem), &g_cnt));
     }
     size_t gs[2], ls[2] = {(size_t)L->nthr, 1};
     if (L->kind == V_SKINNY) {
@@ -312,6 +316,8 @@ int main(int argc, char **argv)
             cl_uint zero32 = 0;
             clSetKernelArg(kp, 15, sizeof zero32, &zero32);
             clSetKernelArg(kp, 16, sizeof zero32, &zero32);
+            clSetKernelArg(kp, 17, sizeof(cl_mem), &pc);
+            clSetKernelArg(kp, 18, sizeof(cl_mem), &pc);
             clSetKernelArg(kp, 0, sizeof(cl_mem), &pa); clSetKernelArg(kp, 1, 4, &iv[0]);
             clSetKernelArg(kp, 2, sizeof(cl_mem), &pb); clSetKernelArg(kp, 3, sizeof(cl_mem), &pc);
             clSetKernelArg(kp, 4, 4, &iv[1]); clSetKernelArg(kp, 5, 4, &iv[2]); clSetKernelArg(kp, 6, 4, &iv[3]);
@@ -402,6 +408,17 @@ int main(int argc, char **argv)
         CK(e);
         cl_mem dC = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
         CK(e);
+        {
+            size_t tiles = (size_t)((M + 127) / 128) * (size_t)((N + 127) / 128);
+            size_t wsb = tiles * 16 * 128 * 256 * 4; /* up to 16 splits of 128 x 256 tiles */
+            if (wsb > ((size_t)1 << 31)) wsb = (size_t)1 << 31;
+            g_ws = clCreateBuffer(ctx, CL_MEM_READ_WRITE, wsb, NULL, &e);
+            CK(e);
+            g_cnt = clCreateBuffer(ctx, CL_MEM_READ_WRITE, tiles * 4 + 4, NULL, &e);
+            CK(e);
+            int zero = 0;
+            CK(clEnqueueFillBuffer(q, g_cnt, &zero, 4, 0, tiles * 4 + 4, 0, NULL, NULL));
+        }
         float *hsa = malloc((size_t)M * 4), *hsb = malloc((size_t)N * 4);
         for (int i = 0; i < M; i++) hsa[i] = (float)(1e-3 * (1 + (double)(xr() % 1000)));
         for (int i = 0; i < N; i++) hsb[i] = (float)(1e-3 * (1 + (double)(xr() % 1000)));
@@ -496,6 +513,8 @@ int main(int argc, char **argv)
             Ls[nl] = L; lname[nl++] = wgv[w].name;
             int as = auto_splits(&L, M, N, K);
             if (as > 1 || !S.bench) { L.splits = as > 1 ? as : 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }
+            if (as > 2) { L.splits = as / 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }
+            if (!S.bench) { L.splits = 3; Ls[nl] = L; lname[nl++] = wgv[w].name; }
         }
         for (int l = 0; l < nl; l++) {
             launch *L = &Ls[l];
@@ -576,6 +595,7 @@ int main(int argc, char **argv)
         free(hw[0]); free(hw[1]);
         clReleaseMemObject(dB); clReleaseMemObject(dR); clReleaseMemObject(dC);
         clReleaseMemObject(dsa); clReleaseMemObject(dsb);
+        clReleaseMemObject(g_ws); clReleaseMemObject(g_cnt);
         free(ha); free(hb); free(hp); free(href); free(hc); free(hsa); free(hsb);
     }
     fprintf(jf, "\n],\"device\":\"%s\",\"driver\":\"%s\",\"fails\":%d}\n", dname, drv, fails);

@@ -51,11 +51,11 @@ static int run(int M, int N, int K, int bn, int swap, int splits, int timeit, in
         if (r == (timeit ? 3 : 0)) cudaEventRecord(e0);
         if (mode == 1) cudaMemsetAsync(dC, 0, (size_t)M * N * 4);
         if (bn == 256)
-            qgemm_wgmma_128x256<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u);
+            qgemm_wgmma_128x256<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
         else if (a3)
-            qgemm_wgmma_128x128_a3<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u);
+            qgemm_wgmma_128x128_a3<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
         else
-            qgemm_wgmma_128x128<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u);
+            qgemm_wgmma_128x128<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
     }
     cudaEventRecord(e1);
     CU(cudaGetLastError());

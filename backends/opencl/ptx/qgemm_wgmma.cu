@@ -20,7 +20,11 @@
  *      permuted inside each k64 block: wgmma logical k = 32 s + 16 h + 4 t + i (k32 step s, half h,
  *      quad t, byte i) reads physical k = 16 t + 8 s + 4 h + i; B is packed with the same permutation,
  *      so the sum is unchanged (integer addition is exact in any order).
- *   Split-K: get_group_id(1) (blockIdx.y) takes k64 blocks [y * kps, (y + 1) * kps).
+ *   Split-K: get_group_id(1) (blockIdx.y) takes k64 blocks [y * kps, (y + 1) * kps). Mode 1 adds into a
+ *   zeroed C with atomics; modes 0 / 2 with more than one split reduce in-kernel: partial tiles go to
+ *   the workspace `ws` (tiles * splits * 128 * BN ints) and the last split of each tile (atomic
+ *   counter in `counters`, tiles ints, zero before the first launch, left zero by every launch) sums
+ *   them and runs the epilogue.
  *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales
  *   (0.0f + (sa * sb) * (float)acc, the CPU backend's). Last arguments c_off_lo, c_off_hi: the 64-bit
  *   element offset added to C, as two 32-bit halves (every 64-bit parameter of this module is a buffer
@@ -129,7 +133,8 @@ template <int BN, int STAGES, int DA>
 __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
-                                           uint8_t *sB, uint4 *sA, uint64_t *full, uint64_t *empty)
+                                           uint8_t *sB, uint4 *sA, uint64_t *full, uint64_t *empty,
+                                           int *ws, int *counters)
 {
     constexpr int STAGE_BYTES = BN * 32;
     constexpr int NACC = BN / 2;
@@ -148,8 +153,9 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     const int m0 = pm * BM, n0 = pn * BN;
     const int kb0 = blockIdx.y * kps;
     const int kb1 = min(nkb, kb0 + kps);
-    if (kb0 >= kb1) return;
-    const int nb = kb1 - kb0;     /* k64 blocks of this CTA */
+    const int fixup = gridDim.y > 1 && mode != 1; /* split-K reduced in-kernel (see below) */
+    if (kb0 >= kb1 && !fixup) return;
+    const int nb = kb0 < kb1 ? kb1 - kb0 : 0; /* k64 blocks of this CTA */
     const int nst = 2 * nb;       /* k32 stages */
 
     if (tid == 0) {
@@ -235,6 +241,31 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         STAGE(2 * b + 1, a1_);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+
+    if (fixup) {
+        /* Split-K without a memset: every split stores its int32 partial tile to the workspace
+         * (ws[(tile * splits + split) * NACC * 256 + i * 256 + tid]); the split that arrives last at
+         * the tile's counter adds the others' partials (exact integers: the order does not matter),
+         * resets the counter for the next launch and runs the epilogue. */
+        __shared__ int s_last;
+        const int tile = blockIdx.x, nsplit = gridDim.y;
+        int *wb = ws + ((size_t)tile * nsplit + blockIdx.y) * (size_t)(NACC * 256);
+#pragma unroll
+        for (int i = 0; i < NACC; i++) __stcg(wb + i * 256 + tid, acc[i]);
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) s_last = atomicAdd(&counters[tile], 1) == nsplit - 1;
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        for (int z = 0; z < nsplit; z++) {
+            if (z == (int)blockIdx.y) continue;
+            const int *p = ws + ((size_t)tile * nsplit + z) * (size_t)(NACC * 256);
+#pragma unroll
+            for (int i = 0; i < NACC; i++) acc[i] += __ldcg(p + i * 256 + tid);
+        }
+        if (tid == 0) counters[tile] = 0;
+    }
 #undef A_ISSUE
 #undef STAGE
 
@@ -250,14 +281,14 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     extern "C" __global__ void __launch_bounds__(NTHREADS, MINB)                                           \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
-             int desc_swap, unsigned c_off_lo, unsigned c_off_hi)                                          \
+             int desc_swap, unsigned c_off_lo, unsigned c_off_hi, int *ws, int *counters)                  \
     {                                                                                                      \
         C += (long long)(((unsigned long long)c_off_hi << 32) | c_off_lo);                                 \
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
         qgemm_body<BN_, ST_, DA_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB,   \
-                                  sA, full, empty);                                                        \
+                                  sA, full, empty, ws, counters);                                          \
     }
 
 /* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM; static shared memory < 48 KiB */
@@ -269,8 +300,10 @@ QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2)
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
                                              int N, int K, int kps, int mode, const float *sa, int sas,
                                              const float *sb, int sbs, int desc_swap, unsigned c_off_lo,
-                                             unsigned c_off_hi)
+                                             unsigned c_off_hi, int *ws, int *counters)
 {
+    (void)ws;
+    (void)counters;
     (void)c_off_lo;
     (void)c_off_hi;
     if (threadIdx.x == 0 && blockIdx.x == 0) {
