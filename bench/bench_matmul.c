@@ -327,7 +327,7 @@ static void dnnl_teardown(void *state) {
  * time is the kernel's and the output's allocation, not a download. The int8 rows quantize A and B
  * on the device in setup (untimed); their error includes the quantization error. A build without
  * the OpenCL backend has no OpenCL device: the rows are skipped. */
-#include "dispatch/internal.h" /* the backend's sync entry */
+/* (dispatch/internal.h, included above, gives the backend's sync entry) */
 
 static ember_context *cl_ctx;
 
