@@ -115,6 +115,18 @@ ember_status ember__matmul_plan_make(const char *op, const ember_tensor *a, cons
                                      ember__matmul_plan *p);
 void ember__matmul_plan_free(ember__matmul_plan *p);
 
+/* ---- autodiff context (dispatch/autodiff.c) ---- */
+/* burn's merge of two operands' autodiff contexts (spec §1.2, validate_checkpointing):
+ * DISABLED with x gives x (the association is promoted); equal strategies give that strategy;
+ * two different enabled strategies give CHECKPOINT_MISMATCH with burn's text ("Gradient
+ * checkpointing strategy mismatch: Balanced vs Disabled. Tensors in the same operation must share
+ * a strategy."), the detail naming `op`. *result is written only on success. */
+ember_status ember__autodiff_merge(const char *op, ember_autodiff a, ember_autodiff b,
+                                   ember_autodiff *result);
+/* burn's Debug name of an enabled context's strategy: "Balanced", "Disabled" (= ember's
+ * NO_CHECKPOINTING); "None" for EMBER_AUTODIFF_DISABLED. */
+const char *ember__autodiff_strategy_name(ember_autodiff a);
+
 /* ---- quant/ ---- */
 /* 1 when ember_qscheme_validate(s) would pass; records no error. */
 int ember__qscheme_is_valid(const ember_qscheme *s);

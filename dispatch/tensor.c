@@ -56,14 +56,17 @@ ember_status ember__shape_bytes(ember_dtype dt, int rank, const int64_t *shape, 
     for (int i = 0; i < rank; i++) {
         EMBER_FAIL_IF(shape[i] < 0, EMBER_ERR_INVALID_ARGUMENT, "dim %d is negative (%lld)", i,
                       (long long)shape[i]);
-        if (!ember__mul_size(n, (size_t)shape[i], &n) || (uint64_t)shape[i] > SIZE_MAX) {
+        /* counts and byte sizes must also fit int64_t / ptrdiff_t (offsets are signed) */
+        if (!ember__mul_size(n, (size_t)shape[i], &n) || (uint64_t)shape[i] > SIZE_MAX ||
+            n > (size_t)PTRDIFF_MAX) {
             char sb[160];
             EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "shape %s: the element count overflows",
                        ember__shape_str(rank, shape, sb, sizeof sb));
         }
     }
     size_t bytes = 0;
-    if (dt != EMBER_QFLOAT && !ember__mul_size(n, dtype_table[dt].size, &bytes)) {
+    if (dt != EMBER_QFLOAT &&
+        (!ember__mul_size(n, dtype_table[dt].size, &bytes) || bytes > (size_t)PTRDIFF_MAX)) {
         char sb[160];
         EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "shape %s of %s: the byte size overflows",
                    ember__shape_str(rank, shape, sb, sizeof sb), dtype_table[dt].name);

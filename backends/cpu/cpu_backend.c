@@ -5,6 +5,7 @@
 
 #include "../../dispatch/nn.h"
 #include "cpu_backend.h"
+#include "cpu_quant.h"
 
 static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void **state) {
     ember__cpu_state *s = ember__calloc(1, sizeof *s);
@@ -121,4 +122,6 @@ const ember_backend_ops ember__cpu_ops = {
     .binary_f32 = ember__cpu_binary_f32,
     .sum_rows_f32 = ember__cpu_sum_rows_f32,
     .convert = ember__cpu_convert,
+    .quantize = ember__cpu_quantize,
+    .dequantize = ember__cpu_dequantize,
 };

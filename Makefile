@@ -1,0 +1,78 @@
+# ember: the two commands.
+#   make test    install missing Debian packages, configure build/ (-Werror), build, run ctest
+#   make bench   the same set-up, then run every benchmark (OpenBLAS on its right core type)
+#   make asan    build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer, run ctest there
+# Variables: BUILD, ASAN_BUILD, JOBS, CMAKE_FLAGS (extra -D options for both builds).
+
+PACKAGES := cmake gcc make pkg-config libopenblas-dev libcunit1-dev ocl-icd-opencl-dev \
+            opencl-c-headers pocl-opencl-icd clinfo libdnnl-dev
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= 2
+CMAKE_FLAGS ?=
+# Tests run with assert() live (no -DNDEBUG), optimised as the library ships.
+TEST_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g"
+ASAN_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g"
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
+                 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+
+# Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its Prescott (SSE3)
+# kernels, 5-7x slower; on a CPU with AVX-512 ember's own tools ask for SkylakeX. A value already
+# in the environment wins. Tests do not set it (they must pass with whatever the machine has).
+BLAS_CORE := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && \
+                     grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && \
+                     echo SkylakeX)
+
+.PHONY: all deps configure build test bench asan clean
+all: build
+
+# Install only what is missing, as root or through sudo.
+deps:
+	@if ! command -v dpkg-query >/dev/null 2>&1; then \
+	  echo "ember: not a Debian system; make sure these are installed: $(PACKAGES)"; exit 0; fi; \
+	missing=""; \
+	for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || \
+	    missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "ember: installing$$missing"; \
+	if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	elif command -v sudo >/dev/null 2>&1; then sudo="sudo"; \
+	else echo "ember: need root or sudo to install$$missing" >&2; exit 1; fi; \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing
+
+configure: deps
+	cmake -S . -B $(BUILD) -DEMBER_WERROR=ON $(TEST_CFLAGS) $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+bench: build
+	@core="$${OPENBLAS_CORETYPE:-$(BLAS_CORE)}"; \
+	for b in $(BUILD)/bench/bench_*; do \
+	  [ -x "$$b" ] || continue; \
+	  echo "== $$b (OPENBLAS_CORETYPE=$${core:-unset})"; \
+	  if [ -n "$$core" ]; then OPENBLAS_CORETYPE="$$core" "$$b" || exit 1; \
+	  else "$$b" || exit 1; fi; \
+	done
+
+# Any sanitizer report fails, even one that would not change a test's exit status.
+asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined \
+	  $(ASAN_CFLAGS) $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -V -j$(JOBS) \
+	  > ctest-sanitizers.log 2>&1; rc=$$?; \
+	grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|tests failed' ctest-sanitizers.log | sed 's/^/  /'; \
+	if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' \
+	     ctest-sanitizers.log; then \
+	  echo "ember: sanitizer report (see $(ASAN_BUILD)/ctest-sanitizers.log)" >&2; exit 1; fi; \
+	if [ $$rc -ne 0 ]; then cat ctest-sanitizers.log; exit $$rc; fi
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,456 @@
+/* backends/cpu/qgemm.c: tier selection, operand packing and the threaded driver of the int8
+ * matmul, plus the scalar tier (the reference every other tier is tested against). See qgemm.h
+ * for the packed layouts. Baseline x86-64 only here (SSE2 for the packing shuffles). */
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <emmintrin.h>
+#define EMBER__X86 1
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "qgemm.h"
+
+/* ------------------------------------------------------------------ tiers */
+
+const char *ember__qtier_name(ember__qtier t) {
+    switch (t) {
+    case EMBER__QT_SCALAR: return "scalar";
+    case EMBER__QT_AVX2: return "avx2";
+    case EMBER__QT_AVX512: return "avx512_vnni";
+    case EMBER__QT_AMX: return "amx";
+    default: return "unknown";
+    }
+}
+
+#ifdef EMBER__X86
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static int amx_permission(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18; idempotent, per process. */
+    static int cached = -1;
+    int c = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+    if (c < 0) {
+        c = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        __atomic_store_n(&cached, c, __ATOMIC_RELEASE);
+    }
+    return c;
+#else
+    return 0;
+#endif
+}
+#endif
+
+int ember__qtier_available(ember__qtier t) {
+    if (t == EMBER__QT_SCALAR)
+        return 1;
+#ifdef EMBER__X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE */
+        return 0;
+    uint64_t xcr0 = xgetbv0();
+    if ((xcr0 & 0x6) != 0x6)
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    int avx2 = (b >> 5) & 1;
+    int avx512 = ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((b >> 17) & 1) &&
+                 ((c >> 11) & 1) && (xcr0 & 0xe0) == 0xe0;
+    int amx = ((d >> 24) & 1) && ((d >> 25) & 1);
+    switch (t) {
+    case EMBER__QT_AVX2: return avx2;
+    case EMBER__QT_AVX512: return avx2 && avx512;
+    case EMBER__QT_AMX: return avx2 && avx512 && amx && amx_permission();
+    default: return 0;
+    }
+#else
+    return 0;
+#endif
+}
+
+ember__qtier ember__qtier_select(const char *cap) {
+    ember__qtier top = EMBER__QT_AMX;
+    if (cap && *cap) {
+        if (!strcmp(cap, "scalar") || !strcmp(cap, "none"))
+            top = EMBER__QT_SCALAR;
+        else if (!strcmp(cap, "avx2"))
+            top = EMBER__QT_AVX2;
+        else if (!strcmp(cap, "avx512") || !strcmp(cap, "avx512_vnni"))
+            top = EMBER__QT_AVX512;
+    }
+    for (int t = (int)top; t > 0; t--)
+        if (ember__qtier_available((ember__qtier)t))
+            return (ember__qtier)t;
+    return EMBER__QT_SCALAR;
+}
+
+/* ------------------------------------------------------------------ packing B */
+
+static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
+
+typedef struct pack_b_arg {
+    ember__qpack *p;
+    ember__qrow_fn row;
+    const void *src;
+} pack_b_arg;
+
+#define PACK_NB 256 /* columns per packing task */
+
+/* Interleave 4 rows of 16 int8 (r0..r3) into 64 bytes: column-major groups of 4, biased. */
+static void interleave16(const int8_t *r0, const int8_t *r1, const int8_t *r2, const int8_t *r3,
+                         uint8_t *dst, int bias128) {
+#ifdef EMBER__X86
+    __m128i a = _mm_loadu_si128((const __m128i *)r0), b = _mm_loadu_si128((const __m128i *)r1);
+    __m128i c = _mm_loadu_si128((const __m128i *)r2), d = _mm_loadu_si128((const __m128i *)r3);
+    __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+    __m128i cd0 = _mm_unpacklo_epi8(c, d), cd1 = _mm_unpackhi_epi8(c, d);
+    __m128i x0 = _mm_unpacklo_epi16(ab0, cd0), x1 = _mm_unpackhi_epi16(ab0, cd0);
+    __m128i x2 = _mm_unpacklo_epi16(ab1, cd1), x3 = _mm_unpackhi_epi16(ab1, cd1);
+    __m128i bias = _mm_set1_epi8(bias128 ? (char)0x80 : 8);
+    if (bias128) {
+        x0 = _mm_xor_si128(x0, bias), x1 = _mm_xor_si128(x1, bias);
+        x2 = _mm_xor_si128(x2, bias), x3 = _mm_xor_si128(x3, bias);
+    } else {
+        x0 = _mm_add_epi8(x0, bias), x1 = _mm_add_epi8(x1, bias);
+        x2 = _mm_add_epi8(x2, bias), x3 = _mm_add_epi8(x3, bias);
+    }
+    _mm_store_si128((__m128i *)dst, x0);
+    _mm_store_si128((__m128i *)(dst + 16), x1);
+    _mm_store_si128((__m128i *)(dst + 32), x2);
+    _mm_store_si128((__m128i *)(dst + 48), x3);
+#else
+    const int8_t *r[4] = {r0, r1, r2, r3};
+    for (int c = 0; c < 16; c++)
+        for (int q = 0; q < 4; q++)
+            dst[c * 4 + q] = (uint8_t)(r[q][c] + (bias128 ? 128 : 8));
+#endif
+}
+
+static void pack_b_task(void *varg, int64_t task, int thread) {
+    (void)thread;
+    pack_b_arg *a = varg;
+    ember__qpack *p = a->p;
+    const int64_t j0 = task * PACK_NB;
+    const int64_t jn = p->np - j0 < PACK_NB ? p->np - j0 : PACK_NB; /* multiple of 32 */
+    const int64_t nv = p->n - j0 < jn ? (p->n - j0 > 0 ? p->n - j0 : 0) : jn; /* real columns */
+    /* 8 rows of PACK_NB values (zero padded) */
+    int8_t rows[8][PACK_NB] __attribute__((aligned(64)));
+    uint8_t tmp[2][64] __attribute__((aligned(64)));
+    const int64_t kstep = p->bits == 8 ? 4 : 8;
+    for (int64_t k0 = 0; k0 < p->kp; k0 += kstep) {
+        for (int64_t r = 0; r < kstep; r++) {
+            if (k0 + r < p->k && nv > 0) {
+                a->row(a->src, k0 + r, j0, nv, rows[r]);
+                if (nv < jn)
+                    memset(rows[r] + nv, 0, (size_t)(jn - nv));
+            } else {
+                memset(rows[r], 0, (size_t)jn);
+            }
+        }
+        for (int64_t jj = 0; jj < jn; jj += 16) {
+            const int64_t panel = (j0 + jj) / 16;
+            if (p->bits == 8) {
+                uint8_t *dst = p->b + (panel * (p->kp / 4) + k0 / 4) * 64;
+                interleave16(rows[0] + jj, rows[1] + jj, rows[2] + jj, rows[3] + jj, dst, 1);
+            } else {
+                interleave16(rows[0] + jj, rows[1] + jj, rows[2] + jj, rows[3] + jj, tmp[0], 0);
+                interleave16(rows[4] + jj, rows[5] + jj, rows[6] + jj, rows[7] + jj, tmp[1], 0);
+                uint8_t *dst = p->b + (panel * (p->kp / 8) + k0 / 8) * 64;
+                for (int q = 0; q < 64; q++)
+                    dst[q] = (uint8_t)((tmp[0][q] & 0xf) | (tmp[1][q] << 4));
+            }
+        }
+    }
+}
+
+ember_status ember__qpack_b(ember__qpack *p, int64_t k, int64_t n, int64_t kc, int bits,
+                            ember__qrow_fn row, const void *src, const float *scales) {
+    return ember__qpack_b_mt(NULL, p, k, n, kc, bits, row, src, scales);
+}
+
+ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                               int64_t kc, int bits, ember__qrow_fn row, const void *src,
+                               const float *scales) {
+    memset(p, 0, sizeof *p);
+    p->k = k;
+    p->n = n;
+    p->kp = round_up(k > 0 ? k : 1, 64);
+    p->np = round_up(n > 0 ? n : 1, 32);
+    p->bits = bits;
+    p->bias = bits == 8 ? 128 : 8;
+    if (kc <= 0 || kc >= k) {
+        p->kc = p->kp;
+        p->nch = 1;
+    } else {
+        p->kc = kc;
+        p->nch = k / kc;
+    }
+    size_t vbytes = (size_t)p->kp * (size_t)p->np / (bits == 8 ? 1 : 2);
+    size_t nsc = (size_t)p->nch * (size_t)p->np;
+    /* f16 scales when every one is exactly an f16 (halves the scale traffic of small blocks) */
+    int sb16 = p->nch > 1 && scales != NULL;
+    for (size_t i = 0; sb16 && i < (size_t)p->nch * (size_t)n; i++) {
+        float f = scales[i];
+        if (ember__f16_to_f32(ember__f32_to_f16(f)) != f)
+            sb16 = 0;
+    }
+    p->sb16 = sb16;
+    p->b = ember__aligned_alloc(vbytes);
+    p->sb = ember__aligned_alloc(nsc * (sb16 ? 2 : 4));
+    if (!p->b || !p->sb) {
+        ember__qpack_free(p);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack a %lld x %lld operand",
+                   (long long)k, (long long)n);
+    }
+    for (int64_t c = 0; c < p->nch; c++)
+        for (int64_t j = 0; j < p->np; j++) {
+            float f = (j < n) ? (scales ? scales[c * n + j] : 1.0f) : 0.0f;
+            if (sb16)
+                ((uint16_t *)p->sb)[c * p->np + j] = ember__f32_to_f16(f);
+            else
+                ((float *)p->sb)[c * p->np + j] = f;
+        }
+    pack_b_arg a = {p, row, src};
+    ember__cpu_parallel_for(s, (p->np + PACK_NB - 1) / PACK_NB, pack_b_task, &a);
+    return EMBER_OK;
+}
+
+typedef struct s8_src {
+    const int8_t *b;
+    int64_t ldb;
+} s8_src;
+
+static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
+    const s8_src *s = src;
+    memcpy(dst, s->b + kk * s->ldb + j0, (size_t)nj);
+}
+
+ember_status ember__qpack_b_s8(ember__qpack *p, int64_t k, int64_t n, int64_t ldb, int64_t kc,
+                               int bits, const int8_t *B, const float *scales) {
+    s8_src s = {B, ldb};
+    return ember__qpack_b(p, k, n, kc, bits, s8_row, &s, scales);
+}
+
+void ember__qpack_free(ember__qpack *p) {
+    if (!p)
+        return;
+    ember__aligned_free(p->b);
+    ember__aligned_free(p->sb);
+    p->b = NULL;
+    p->sb = NULL;
+}
+
+size_t ember__qpack_bytes(const ember__qpack *p) {
+    return (size_t)p->kp * (size_t)p->np / (p->bits == 8 ? 1 : 2) +
+           (size_t)p->nch * (size_t)p->np * (p->sb16 ? 2 : 4);
+}
+
+/* ------------------------------------------------------------------ scalar tier */
+
+/* The value of packed B at (kk, j), unbiased. */
+static int packed_b(const ember__qpack *p, int64_t kk, int64_t j) {
+    const int64_t panel = j / 16, col = j % 16;
+    if (p->bits == 8) {
+        uint8_t v = p->b[(panel * (p->kp / 4) + kk / 4) * 64 + col * 4 + kk % 4];
+        return (int)v - 128;
+    }
+    uint8_t v = p->b[(panel * (p->kp / 8) + kk / 8) * 64 + col * 4 + kk % 4];
+    int u = (kk % 8) < 4 ? (v & 0xf) : (v >> 4);
+    return u - 8;
+}
+
+void ember__qblock_scalar(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          int thread) {
+    (void)thread;
+    const ember__qpack *p = jb->p;
+    if (i1 > jb->m)
+        i1 = jb->m;
+    if (j1 > p->n)
+        j1 = p->n;
+    for (int64_t i = i0; i < i1; i++) {
+        const int8_t *a = jb->a + i * p->kp;
+        for (int64_t j = j0; j < j1; j++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < p->nch; c++) {
+                int32_t dot = 0;
+                for (int64_t kk = c * p->kc; kk < (c + 1) * p->kc; kk++)
+                    dot += (int32_t)a[kk] * packed_b(p, kk, j);
+                if (jb->c32) {
+                    jb->c32[i * jb->ldc + j] = dot;
+                } else {
+                    acc += jb->sa[i * p->nch + c] * ember__qpack_scale(p, c, j) * (float)dot;
+                }
+            }
+            if (!jb->c32)
+                jb->c[i * jb->ldc + j] = acc;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ driver */
+
+typedef struct pack_a_arg {
+    const ember__qpack *p;
+    const int8_t *A;
+    int64_t lda, m, mp;
+    int8_t *ap;
+    int32_t *rs;
+    int amx;
+} pack_a_arg;
+
+/* Rows [16*task, 16*task + 16) of A into the packed buffer. */
+static void pack_a_task(void *varg, int64_t task, int thread) {
+    (void)thread;
+    const pack_a_arg *a = varg;
+    const ember__qpack *p = a->p;
+    const int64_t kp = p->kp, k = p->k;
+    for (int64_t i = task * 16; i < task * 16 + 16; i++) {
+        const int8_t *src = i < a->m ? a->A + i * a->lda : NULL;
+        for (int64_t c = 0; c < p->nch; c++) {
+            int32_t s = 0;
+            if (src)
+                for (int64_t kk = c * p->kc; kk < (c + 1) * p->kc && kk < k; kk++)
+                    s += src[kk];
+            a->rs[i * p->nch + c] = s;
+        }
+        if (a->amx) {
+            /* [mp/16][kp/64][16][64] */
+            int8_t *base = a->ap + (i / 16) * (kp / 64) * 1024 + (i % 16) * 64;
+            for (int64_t k0 = 0; k0 < kp; k0 += 64) {
+                int8_t *dst = base + (k0 / 64) * 1024;
+                int64_t nv = src ? (k - k0 < 64 ? k - k0 : 64) : 0;
+                if (nv > 0)
+                    memcpy(dst, src + k0, (size_t)nv);
+                if (nv < 64)
+                    memset(dst + (nv > 0 ? nv : 0), 0, (size_t)(64 - (nv > 0 ? nv : 0)));
+            }
+        } else {
+            int8_t *dst = a->ap + i * kp;
+            if (src) {
+                memcpy(dst, src, (size_t)k);
+                memset(dst + k, 0, (size_t)(kp - k));
+            } else {
+                memset(dst, 0, (size_t)kp);
+            }
+        }
+    }
+}
+
+typedef struct run_arg {
+    const ember__qjob *job;
+    ember__qblock_fn fn;
+    int64_t mb, nb, ntn;
+} run_arg;
+
+static void run_task(void *varg, int64_t task, int thread) {
+    const run_arg *r = varg;
+    const int64_t ti = task / r->ntn, tj = task % r->ntn;
+    const int64_t i0 = ti * r->mb, j0 = tj * r->nb;
+    int64_t i1 = i0 + r->mb, j1 = j0 + r->nb;
+    if (i1 > r->job->mp)
+        i1 = r->job->mp;
+    if (j1 > r->job->p->np)
+        j1 = r->job->p->np;
+    r->fn(r->job, i0, i1, j0, j1, thread);
+}
+
+static ember__qblock_fn block_fn(ember__qtier t) {
+    switch (t) {
+    case EMBER__QT_AMX: return ember__qblock_amx;
+    case EMBER__QT_AVX512: return ember__qblock_avx512;
+    case EMBER__QT_AVX2: return ember__qblock_avx2;
+    default: return ember__qblock_scalar;
+    }
+}
+
+static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
+                              int64_t lda, const float *sa, const ember__qpack *p, float *C,
+                              int32_t *C32, int64_t ldc) {
+    if (m <= 0 || p->n <= 0)
+        return EMBER_OK;
+    if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
+        t = ember__qtier_select(NULL);
+    /* Decode shapes are bound by reading B: AVX-512 VNNI streams it as fast and wastes no tile rows. */
+    if (t == EMBER__QT_AMX && m <= 16)
+        t = EMBER__QT_AVX512;
+    const int nt = s ? s->num_threads : 1;
+    /* AMX works on 32-row tiles; the vector tiers pad rows to 32 as well (cheap). */
+    const int64_t mp = round_up(m, 32);
+    const int amx = t == EMBER__QT_AMX;
+    size_t abytes = (size_t)mp * (size_t)p->kp;
+    size_t rsn = (size_t)mp * (size_t)p->nch;
+    int8_t *ap = ember__aligned_alloc(abytes);
+    int32_t *rs = ember__aligned_alloc(rsn * sizeof(int32_t));
+    float *sap = ember__aligned_alloc(rsn * sizeof(float));
+    if (!ap || !rs || !sap) {
+        ember__aligned_free(ap);
+        ember__aligned_free(rs);
+        ember__aligned_free(sap);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for a %lld x %lld operand",
+                   (long long)m, (long long)p->k);
+    }
+    for (size_t i = 0; i < rsn; i++)
+        sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
+    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx};
+    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa);
+
+    uint8_t *scratch[64] = {0};
+    uint8_t *scratch_mem = NULL;
+    if (amx && p->bits == 4) {
+        size_t per = (size_t)32 * (size_t)p->kp;
+        scratch_mem = ember__aligned_alloc(per * (size_t)(nt < 64 ? nt : 64));
+        if (!scratch_mem) {
+            ember__aligned_free(ap);
+            ember__aligned_free(rs);
+            ember__aligned_free(sap);
+            EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for unpacking buffers");
+        }
+        for (int q = 0; q < nt && q < 64; q++)
+            scratch[q] = scratch_mem + per * (size_t)q;
+    }
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch};
+    /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
+    int64_t mb, nb;
+    if (mp <= 64) {
+        mb = mp;
+        int64_t want = (int64_t)nt * 8;
+        nb = round_up((p->np + want - 1) / want, 32);
+        if (nb < 32)
+            nb = 32;
+    } else {
+        mb = amx ? 128 : 64;
+        nb = amx ? 256 : 128;
+        if (mb > mp)
+            mb = mp;
+        /* enough tasks for the threads */
+        while (nb > 32 && ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb) < 4 * nt)
+            nb /= 2;
+    }
+    run_arg r = {&job, block_fn(t), mb, nb, (p->np + nb - 1) / nb};
+    ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
+    ember__aligned_free(ap);
+    ember__aligned_free(rs);
+    ember__aligned_free(sap);
+    ember__aligned_free(scratch_mem);
+    return EMBER_OK;
+}
+
+ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
+                          int64_t lda, const float *sa, const ember__qpack *p, float *C,
+                          int64_t ldc) {
+    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc);
+}
+
+ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
+                              int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
+    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
+}

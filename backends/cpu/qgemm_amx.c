@@ -1,0 +1,178 @@
+/* backends/cpu/qgemm_amx.c: the AMX tier. 32 x 32 output blocks on four int32 accumulator
+ * tiles (tmm0-3), two A tiles (tmm4-5, 16 rows x 64 k from the tile-blocked packed A) and two B
+ * tiles (tmm6-7, the packed B rows as they are), multiplied with TDPBSUD (signed A x biased
+ * unsigned B). K steps of 64, or 32 when the scale blocks along K are 32 long. 4-bit B is
+ * unpacked one 32-column panel at a time into a per-thread buffer (32 x kp bytes), never whole.
+ *
+ * The tile configuration is loaded through inline asm taking the whole struct as a memory operand:
+ * GCC 12 was seen dropping the stores that fill it before _tile_loadconfig (notes/cpu.md). */
+#include <immintrin.h>
+#include <string.h>
+
+#include "qgemm.h"
+
+typedef struct tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+_Static_assert(sizeof(tilecfg) == 64, "the AMX tile configuration is 64 bytes");
+
+static void tile_config(int ks) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    for (int t = 4; t < 6; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = (uint16_t)ks;
+    }
+    for (int t = 6; t < 8; t++) {
+        cfg.rows[t] = (uint8_t)(ks / 4);
+        cfg.colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+}
+
+/* 4-bit panel (two 16-column panels) -> the 8-bit layout [2][kp/4][64] (still biased by 8) */
+static void unpack_panel(const ember__qpack *p, int64_t j, uint8_t *dst) {
+    const int64_t kp = p->kp;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *src = p->b + (j / 16 + h) * (kp / 8) * 64;
+        uint8_t *d = dst + (int64_t)h * (kp / 4) * 64;
+        for (int64_t r = 0; r < kp / 8; r++) {
+            __m512i v = _mm512_load_si512(src + r * 64);
+            _mm512_store_si512(d + 2 * r * 64, _mm512_and_si512(v, m4));
+            _mm512_store_si512(d + (2 * r + 1) * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+    }
+}
+
+/* One 32 x 32 block, one K chunk [k0, k1), int32 sums into out[32][32]. */
+static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, const uint8_t *b1,
+                       int64_t k0, int64_t k1, int ks, int32_t *out) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    if (ks == 64) {
+        for (int64_t k = k0; k < k1; k += 64) {
+            _tile_loadd(4, a0 + k * 16, 64);
+            _tile_loadd(6, b0 + k * 16, 64);
+            _tile_dpbsud(0, 4, 6);
+            _tile_loadd(7, b1 + k * 16, 64);
+            _tile_dpbsud(1, 4, 7);
+            _tile_loadd(5, a1 + k * 16, 64);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+    } else {
+        for (int64_t k = k0; k < k1; k += 32) {
+            /* A blocks are 64 wide: the 32-k half sits at column offset k % 64 */
+            const int64_t ao = (k / 64) * 1024 + (k % 64);
+            _tile_loadd(4, a0 + ao, 64);
+            _tile_loadd(6, b0 + k * 16, 64);
+            _tile_dpbsud(0, 4, 6);
+            _tile_loadd(7, b1 + k * 16, 64);
+            _tile_dpbsud(1, 4, 7);
+            _tile_loadd(5, a1 + ao, 64);
+            _tile_dpbsud(2, 5, 6);
+            _tile_dpbsud(3, 5, 7);
+        }
+    }
+    _tile_stored(0, out, 128);
+    _tile_stored(1, out + 16, 128);
+    _tile_stored(2, out + 16 * 32, 128);
+    _tile_stored(3, out + 16 * 32 + 16, 128);
+}
+
+void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          int thread) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, nch = p->nch, kc = p->kc;
+    const int ks = (kc % 64 == 0) ? 64 : 32;
+    int32_t buf[32 * 32] __attribute__((aligned(64)));
+    float facc[32 * 32] __attribute__((aligned(64)));
+    uint8_t *unp = NULL;
+    if (p->bits == 4) {
+        unp = jb->scratch[thread]; /* the driver provides it for 4-bit AMX jobs */
+    }
+    tile_config(ks);
+    if (i1 > jb->mp)
+        i1 = jb->mp;
+    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
+        const uint8_t *b0, *b1;
+        if (p->bits == 8) {
+            b0 = p->b + (j / 16) * (kp / 4) * 64;
+            b1 = b0 + (kp / 4) * 64;
+        } else {
+            unpack_panel(p, j, unp);
+            b0 = unp;
+            b1 = unp + (kp / 4) * 64;
+        }
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+        const __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+        for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
+            const int8_t *a0 = jb->a + (i / 16) * (kp / 64) * 1024;
+            const int8_t *a1 = a0 + (kp / 64) * 1024;
+            const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
+            for (int64_t c = 0; c < nch; c++) {
+                tile_block(a0, a1, b0, b1, c * kc, (c + 1) * kc, ks, buf);
+                if (jb->c32) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
+                        int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
+                        _mm512_mask_storeu_epi32(o, k0m, _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                        _mm512_mask_storeu_epi32(o + 16, k1m,
+                                                 _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+                    }
+                    continue;
+                }
+                __m512 s0, s1;
+                if (p->sb16) {
+                    const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
+                    s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
+                    s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
+                } else {
+                    const float *sb = (const float *)p->sb + c * p->np + j;
+                    s0 = _mm512_loadu_ps(sb);
+                    s1 = _mm512_loadu_ps(sb + 16);
+                }
+                for (int64_t r = 0; r < rows; r++) {
+                    __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
+                    __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
+                    __m512 x0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                    __m512 x1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+                    x0 = _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0));
+                    x1 = _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1));
+                    if (nch == 1) {
+                        float *o = jb->c + (i + r) * jb->ldc + j;
+                        _mm512_mask_storeu_ps(o, k0m, x0);
+                        _mm512_mask_storeu_ps(o + 16, k1m, x1);
+                    } else if (c == 0) {
+                        _mm512_store_ps(facc + r * 32, x0);
+                        _mm512_store_ps(facc + r * 32 + 16, x1);
+                    } else {
+                        _mm512_store_ps(facc + r * 32, _mm512_add_ps(_mm512_load_ps(facc + r * 32), x0));
+                        _mm512_store_ps(facc + r * 32 + 16,
+                                        _mm512_add_ps(_mm512_load_ps(facc + r * 32 + 16), x1));
+                    }
+                }
+            }
+            if (nch > 1 && !jb->c32)
+                for (int64_t r = 0; r < rows; r++) {
+                    float *o = jb->c + (i + r) * jb->ldc + j;
+                    _mm512_mask_storeu_ps(o, k0m, _mm512_load_ps(facc + r * 32));
+                    _mm512_mask_storeu_ps(o + 16, k1m, _mm512_load_ps(facc + r * 32 + 16));
+                }
+        }
+    }
+    _tile_release();
+}

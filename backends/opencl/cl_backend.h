@@ -1,0 +1,205 @@
+/* backends/opencl/cl_backend.h (private): the OpenCL backend's state, shared by its files.
+ *
+ * Devices. At init the backend walks every platform the ICD loader reports and every device of
+ * each (GPU, accelerator, CPU, custom), keeps those that EMBER_OPENCL_PLATFORM /
+ * EMBER_OPENCL_DEVICE select (an index, or a case-insensitive substring of the name), and gives
+ * each kept device its own cl_context and in-order command queue. ember's opencl:i is the i-th
+ * kept device. No platform, no device, or a selector that matches nothing: 0 devices, not an
+ * error (a debug line says why with EMBER_LOG=debug).
+ *
+ * Buffers. A buffer is an ember__cl_buf (a cl_mem plus its size; a 0-byte buffer has no cl_mem),
+ * owned by the tensor that holds it and released by buffer_free. Device memory is never
+ * host-addressable through ember (host_ptr is NULL), even on a CPU device.
+ *
+ * Errors. Every failing CL call becomes EMBER_ERR_DEVICE with the op, the call, the CL error name
+ * and its number in the detail: "gemm_f32: clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_
+ * WORK_GROUP_SIZE (-54)". A program that does not build gives EMBER_ERR_KERNEL_BUILD with the
+ * build log in the detail.
+ *
+ * Programs (cl_program.c). Built lazily, on first use, once per (device, source, options), and
+ * kept until shutdown; the device's lock guards the list. Kernel objects are created per call
+ * (clSetKernelArg is not thread-safe on a shared cl_kernel), so any thread may launch at any time.
+ * An optional on-disk binary cache (EMBER_OPENCL_CACHE_DIR): the file
+ * <dir>/ember-<16 hex>.clbin is keyed by an FNV-1a hash of (source, options, device name, device
+ * version, driver version, platform version); a missing, unreadable or rejected file falls back
+ * silently to building from source, and a fresh build is written back (to a temporary file, then
+ * renamed, so concurrent processes never see half a file). Write failures are ignored.
+ *
+ * int8 matmul paths (cl_qmatmul.c). Each device gets one path at init, named in
+ * ember_device_info.int8_matmul_path: "opencl.generic" (plain int MAC, any device),
+ * "opencl.dot4" (cl_khr_integer_dot_product), and rows other engineers add to
+ * ember__cl_qpaths[] (NVIDIA tensor cores: "mma", "wgmma"). EMBER_OPENCL_KERNEL=generic|dot4|
+ * mma|wgmma forces a choice; a forced path the device cannot run falls back to generic. */
+#ifndef EMBER_CL_BACKEND_H
+#define EMBER_CL_BACKEND_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 300
+#endif
+#include <CL/cl.h>
+
+#include "../../dispatch/internal.h"
+
+typedef struct ember__cl_buf {
+    cl_mem mem; /* NULL for a 0-byte buffer */
+    size_t bytes;
+} ember__cl_buf;
+
+typedef struct ember__cl_program {
+    struct ember__cl_program *next;
+    const char *src;   /* the source text (embedded, or the caller's for a test build) */
+    uint64_t src_hash; /* FNV-1a of src */
+    char *options;
+    cl_program prog;
+} ember__cl_program;
+
+struct ember__cl_qpath;
+
+typedef struct ember__cl_device {
+    cl_platform_id platform;
+    cl_device_id id;
+    cl_context ctx;
+    cl_command_queue queue;
+    cl_device_type type;
+    char name[128], vendor[64], driver[64], version[64];
+    char platform_name[128], platform_version[128];
+    char extensions[256]; /* the extensions ember uses that this device has */
+    int has_fp16, has_fp64, has_dot4, cr_divide;
+    uint64_t mem_bytes, max_alloc;
+    size_t max_wg;
+    int compute_units;
+    const struct ember__cl_qpath *qpath; /* the int8 matmul path chosen at init */
+    char int8_path[48];
+    pthread_mutex_t lock; /* guards `programs` */
+    ember__cl_program *programs;
+} ember__cl_device;
+
+typedef struct ember__cl_state {
+    ember_context *ctx;
+    int ndev;
+    ember__cl_device *dev; /* ndev entries */
+    char cache_dir[512];   /* "" = no on-disk cache */
+} ember__cl_state;
+
+/* ---- errors (cl_program.c) ---- */
+/* "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for a code not in the table. Never NULL. */
+const char *ember__cl_error_name(cl_int err);
+/* Record EMBER_ERR_DEVICE: "<op>: <call> failed on opencl:<dev>: <NAME> (<err>)". */
+ember_status ember__cl_fail(const char *op, const char *call, int dev, cl_int err);
+#define EMBER_CL_TRY(op, call, dev, expr)                                                          \
+    do {                                                                                           \
+        cl_int ember__e = (expr);                                                                  \
+        if (ember__e != CL_SUCCESS)                                                                \
+            return ember__cl_fail((op), (call), (dev), ember__e);                                  \
+    } while (0)
+
+/* ---- programs and launches (cl_program.c) ---- */
+/* The program of embedded source `name` (backends/opencl/kernels/<name>.cl) built with `options`
+ * for device dev: from the in-memory cache, else the disk cache, else source.
+ * KERNEL_BUILD (log in the detail), DEVICE, OUT_OF_MEMORY, INVALID_ARGUMENT (no such source). */
+ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name,
+                                   const char *options, cl_program *out);
+/* The same for a source given as text (used for the embedded sources, and by the tests to prove
+ * the failure path with a deliberately broken kernel). `label` names it in the detail. */
+ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *label,
+                                       const char *src, const char *options, cl_program *out);
+/* The options every ember program is built with on dev (the -D macros that say what the device
+ * has, plus the exact-division flag when supported), followed by `extra`. */
+void ember__cl_base_options(const ember__cl_device *d, const char *extra, char *buf, size_t cap);
+
+/* One kernel argument: a value of `size` bytes at `ptr`, or local memory of `size` bytes when ptr
+ * is NULL. */
+typedef struct ember__cl_arg {
+    size_t size;
+    const void *ptr;
+} ember__cl_arg;
+#define EMBER_CL_ARG(v) ((ember__cl_arg){sizeof(v), &(v)})
+#define EMBER_CL_LOCAL(bytes) ((ember__cl_arg){(bytes), NULL})
+
+/* Build (or fetch) program `prog` with `options`, create kernel `kernel`, set the args and
+ * enqueue it over `dims` dimensions (global sizes rounded up to the local sizes by the caller;
+ * local may be NULL). Does not wait. `op` names the ember op in an error's detail. */
+ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const char *prog,
+                              const char *options, const char *kernel, int nargs,
+                              const ember__cl_arg *args, cl_uint dims, const size_t *global,
+                              const size_t *local);
+
+/* Temporary device buffers for the ops (offset tables, scales): created from host data
+ * (data may be NULL for an uninitialised one). bytes 0 is allowed (a 1-byte buffer). */
+ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t bytes,
+                            const void *data, cl_mem *out);
+/* Blocking reads and writes of a cl_mem, with the error mapped (op names the caller). */
+ember_status ember__cl_read(ember__cl_state *s, int dev, const char *op, cl_mem m, size_t off,
+                            void *dst, size_t bytes);
+ember_status ember__cl_write(ember__cl_state *s, int dev, const char *op, cl_mem m, size_t off,
+                             const void *src, size_t bytes);
+
+/* The cl_mem of a tensor (NULL for an empty one). */
+static inline cl_mem ember__cl_mem(const ember_tensor *t) {
+    return t->buf ? ((const ember__cl_buf *)t->buf)->mem : NULL;
+}
+
+/* Round n up to a multiple of m (m > 0). */
+static inline size_t ember__cl_round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* ---- f32 ops (cl_ops.c) ---- */
+ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                const ember_tensor *b, ember_tensor *c);
+ember_status ember__cl_binary_f32(void *state, int dev, ember__binop op, const ember__bcast *bc,
+                                  const ember_tensor *a, const ember_tensor *b, ember_tensor *out);
+ember_status ember__cl_sum_rows_f32(void *state, int dev, const ember_tensor *x, int64_t rows,
+                                    int64_t cols, ember_tensor *out);
+ember_status ember__cl_convert(void *state, int dev, const ember_tensor *x, ember_tensor *out);
+/* Convert n elements between float dtypes on cl_mems (src and dst distinct). */
+ember_status ember__cl_convert_mem(ember__cl_state *s, int dev, const char *op, cl_mem src,
+                                   ember_dtype from, cl_mem dst, ember_dtype to, size_t n);
+
+/* ---- quantization (cl_quant.c) ---- */
+ember_status ember__cl_quantize(void *state, int dev, const ember_tensor *x,
+                                const ember_tensor *scales, ember_tensor *q);
+ember_status ember__cl_dequantize(void *state, int dev, const ember_tensor *q, ember_tensor *out);
+
+/* The host half of quantization, exactly as the CPU backend does it (quant/ is the reference):
+ * from the raw f32 scale of every block (scale = 2*alpha/(b-a) for MinMax, or the caller's static
+ * scales), the guarded, dtype-rounded scales: stored[] gets n scales of the scheme's scale dtype
+ * (little-endian), *global the two-level global scale (1.0f otherwise), eff[] the effective f32
+ * scale of every block (g * decode(stored) for two-level, decode(stored) otherwise). */
+void ember__cl_scales_finish(const ember_qscheme *s, const float *raw, size_t n, uint8_t *stored,
+                             float *global, float *eff);
+/* scale dtype facts: bytes per scale; round s up to dtype (spec §4.3); encode an f32 that the
+ * dtype represents exactly; decode. */
+size_t ember__cl_scale_size(ember_scale_dtype d);
+float ember__cl_scale_round_up(float s, ember_scale_dtype d);
+void ember__cl_scale_encode(float s, ember_scale_dtype d, uint8_t *dst);
+float ember__cl_scale_decode(const uint8_t *src, ember_scale_dtype d);
+
+/* ---- int8 matmul (cl_qmatmul.c) ---- */
+/* One int8 GEMM for a path: out_i = (float)(A_i @ B_i, exact int32) * scale[0], i < batch.
+ * A_i is the int8 matrix at byte a_off[i] of `a`, row r / column c at byte r*lda + c (or, with
+ * trans_a, element (r, c) at c*lda + r); likewise B_i (k x n) with ldb; out_i the dense row-major
+ * m x n f32 block at element i*m*n of `out`. a_off / b_off are device buffers of `batch` cl_longs;
+ * `scale` a device buffer holding one float (sa * sb, computed on the device). */
+typedef struct ember__cl_qgemm_args {
+    int trans_a, trans_b;
+    int64_t m, n, k, batch;
+    cl_mem a, b, out, a_off, b_off, scale;
+    int64_t lda, ldb;
+} ember__cl_qgemm_args;
+
+typedef struct ember__cl_qpath {
+    const char *name;  /* the EMBER_OPENCL_KERNEL spelling: "generic", "dot4", "mma", "wgmma" */
+    const char *label; /* ember_device_info.int8_matmul_path: "opencl.generic" */
+    int (*available)(const ember__cl_device *d);
+    ember_status (*run)(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q);
+} ember__cl_qpath;
+
+/* The paths, best first, ended by a row with name NULL; the last real row is "generic", which is
+ * available everywhere. */
+extern const ember__cl_qpath ember__cl_qpaths[];
+/* Pick dev's path: `forced` ("" = best available) by name, else the best available. Sets
+ * d->qpath and d->int8_path. */
+void ember__cl_qpath_choose(ember__cl_device *d, const char *forced);
+ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                const ember_tensor *b, ember_tensor *out);
+
+#endif

@@ -1,0 +1,345 @@
+/* bench/bench_matmul.c: matmul throughput, ember against the libraries it is measured by.
+ *
+ * For each shape every available "provider" (one kernel path) runs once to warm up, then all of
+ * them run in turn, round after round (interleaved, so that a noisy neighbour or a clock change
+ * hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
+ * call), and the largest error on sampled outputs against a float64 product of the same f32
+ * inputs. The first provider of the table, the direct cblas_sgemm call, is the reference: the
+ * table's vs_ref column is each row's GOPS over it.
+ *
+ * Adding rows (int8 CPU kernels, oneDNN, OpenCL devices): write a provider (setup / run / result
+ * / teardown below) and list it in `providers[]`. setup() returns 0 to skip where the path is not
+ * available (no device, no oneDNN); a quantized provider quantizes the f32 inputs in setup(),
+ * untimed, and its max_abs_err then includes the quantization error.
+ *
+ * Usage: bench_matmul [--csv | --json] [--reps N] [--shape MxNxK]... [--only SUBSTRING]
+ * Defaults are sized for a 2-core machine: the whole run takes seconds. */
+#include <cblas.h>
+#include <errno.h>
+
+#include "bench_common.h"
+
+/* ---- the problem every provider of a shape gets ---- */
+typedef struct problem {
+    ember_context *ctx;
+    int64_t m, n, k;
+    const float *a, *b; /* row-major [m, k] and [k, n] */
+} problem;
+
+typedef struct provider {
+    const char *name; /* matched by --only */
+    /* Prepare (untimed): fill row's backend / device / kernel / dtype, set *state. Returns 1 when
+     * ready, 0 to skip this provider here, -1 on an error (printed). */
+    int (*setup)(const problem *p, void **state, bench_row *row);
+    int (*run)(void *state);                   /* one timed call: 0 on success */
+    int (*result)(void *state, float *dst);    /* the last output, [m, n] f32 (untimed) */
+    void (*after)(void *state);                /* (optional) untimed clean-up after each run */
+    void (*teardown)(void *state);
+} provider;
+
+/* ---- F32: cblas_sgemm called directly (the reference) ---- */
+typedef struct blas_state {
+    const problem *p;
+    float *c;
+} blas_state;
+
+static int blas_setup(const problem *p, void **state, bench_row *row) {
+    blas_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->p = p;
+    s->c = malloc((size_t)(p->m * p->n) * sizeof(float));
+    if (!s->c) {
+        free(s);
+        return -1;
+    }
+    snprintf(row->backend, sizeof row->backend, "openblas");
+    snprintf(row->device, sizeof row->device, "host");
+    snprintf(row->kernel, sizeof row->kernel, "cblas_sgemm");
+    snprintf(row->dtype, sizeof row->dtype, "F32");
+    *state = s;
+    return 1;
+}
+
+static int blas_run(void *state) {
+    blas_state *s = state;
+    const problem *p = s->p;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)p->m, (int)p->n, (int)p->k, 1.0f,
+                p->a, (int)p->k, p->b, (int)p->n, 0.0f, s->c, (int)p->n);
+    return 0;
+}
+
+static int blas_result(void *state, float *dst) {
+    blas_state *s = state;
+    memcpy(dst, s->c, (size_t)(s->p->m * s->p->n) * sizeof(float));
+    return 0;
+}
+
+static void blas_teardown(void *state) {
+    blas_state *s = state;
+    free(s->c);
+    free(s);
+}
+
+/* ---- F32: ember_matmul on the CPU backend ---- */
+typedef struct ember_state {
+    ember_tensor *a, *b, *c;
+} ember_state;
+
+static int ember_f32_setup(const problem *p, void **state, bench_row *row) {
+    ember_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    const int64_t sa[] = {p->m, p->k}, sb[] = {p->k, p->n};
+    if (ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &s->a) != EMBER_OK ||
+        ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sb, p->b, &s->b) != EMBER_OK) {
+        fprintf(stderr, "ember f32: %s\n", ember_last_error());
+        ember_tensor_free(s->a);
+        free(s);
+        return -1;
+    }
+    snprintf(row->backend, sizeof row->backend, "cpu");
+    snprintf(row->device, sizeof row->device, "cpu:0");
+    snprintf(row->kernel, sizeof row->kernel, "cpu.openblas_sgemm");
+    snprintf(row->dtype, sizeof row->dtype, "F32");
+    *state = s;
+    return 1;
+}
+
+static void ember_f32_after(void *state) {
+    ember_state *s = state;
+    ember_tensor_free(s->c); /* the output is allocated by each call: that is timed, its free not */
+    s->c = NULL;
+}
+
+static int ember_f32_run(void *state) {
+    ember_state *s = state;
+    ember_f32_after(s);
+    if (ember_matmul(s->a, s->b, &s->c) != EMBER_OK) {
+        fprintf(stderr, "ember_matmul: %s\n", ember_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int ember_f32_result(void *state, float *dst) {
+    ember_state *s = state;
+    int64_t n = ember_tensor_numel(s->c);
+    return ember_tensor_read(s->c, dst, (size_t)n * sizeof(float)) == EMBER_OK ? 0 : -1;
+}
+
+static void ember_f32_teardown(void *state) {
+    ember_state *s = state;
+    ember_tensor_free(s->a);
+    ember_tensor_free(s->b);
+    ember_tensor_free(s->c);
+    free(s);
+}
+
+/* The reference first. Later issues append int8 (cpu.avx512_vnni, cpu.amx, onednn) and OpenCL
+ * providers here. */
+static const provider providers[] = {
+    {"cblas_sgemm", blas_setup, blas_run, blas_result, NULL, blas_teardown},
+    {"cpu.openblas_sgemm", ember_f32_setup, ember_f32_run, ember_f32_result, ember_f32_after,
+     ember_f32_teardown},
+};
+#define NPROV ((int)(sizeof providers / sizeof providers[0]))
+
+/* ---- accuracy: sampled outputs against a float64 product ---- */
+#define NSAMPLES 256
+
+typedef struct samples {
+    int64_t i[NSAMPLES], j[NSAMPLES];
+    double ref[NSAMPLES];
+    int n;
+} samples;
+
+static void samples_make(const problem *p, samples *s) {
+    uint64_t x = 0x2545f4914f6cdd1dull ^ (uint64_t)(p->m * 31 + p->n * 17 + p->k);
+    s->n = p->m * p->n < NSAMPLES ? (int)(p->m * p->n) : NSAMPLES;
+    for (int t = 0; t < s->n; t++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int64_t cell = p->m * p->n <= NSAMPLES ? t : (int64_t)(x % (uint64_t)(p->m * p->n));
+        s->i[t] = cell / p->n;
+        s->j[t] = cell % p->n;
+        double acc = 0;
+        for (int64_t q = 0; q < p->k; q++)
+            acc += (double)p->a[s->i[t] * p->k + q] * (double)p->b[q * p->n + s->j[t]];
+        s->ref[t] = acc;
+    }
+}
+
+static double samples_err(const problem *p, const samples *s, const float *c) {
+    double e = 0;
+    for (int t = 0; t < s->n; t++) {
+        double d = fabs((double)c[s->i[t] * p->n + s->j[t]] - s->ref[t]);
+        if (!(d <= e)) /* NaN counts as infinite */
+            e = isnan(d) ? INFINITY : d;
+    }
+    return e;
+}
+
+/* ---- driver ---- */
+typedef struct shape {
+    int64_t m, n, k;
+} shape;
+
+static const shape default_shapes[] = {
+    {1, 4096, 4096},    /* one token through a 4096x4096 layer: memory bound */
+    {32, 4096, 4096},   /* a small batch of tokens */
+    {256, 256, 256},
+    {1024, 1024, 1024},
+    {2048, 2048, 2048}, /* 17 GFLOP a call; add --shape 4096x4096x4096 for the big one */
+};
+
+static int parse_shape(const char *s, shape *out) {
+    long long m, n, k;
+    char tail;
+    if (sscanf(s, "%lldx%lldx%lld%c", &m, &n, &k, &tail) != 3 || m < 1 || n < 1 || k < 1 ||
+        m > (1 << 20) || n > (1 << 20) || k > (1 << 20))
+        return -1;
+    out->m = m;
+    out->n = n;
+    out->k = k;
+    return 0;
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr,
+            "usage: %s [--csv | --json] [--reps N (>= 5)] [--shape MxNxK]... [--only SUBSTRING]\n",
+            argv0);
+}
+
+int main(int argc, char **argv) {
+    ember_tool_blas_coretype(argv, bench_blas_core());
+
+    bench_format fmt = BENCH_TABLE;
+    int reps = 7;
+    shape custom[32];
+    int ncustom = 0;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--csv") == 0) {
+            fmt = BENCH_CSV;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            fmt = BENCH_JSON;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            char *end;
+            errno = 0;
+            long r = strtol(argv[++i], &end, 10);
+            if (*end || errno || r < 5 || r > 1000) {
+                fprintf(stderr, "--reps wants a number in 5..1000 (medians of at least 5)\n");
+                return 2;
+            }
+            reps = (int)r;
+        } else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc && ncustom < 32) {
+            if (parse_shape(argv[++i], &custom[ncustom]) != 0) {
+                fprintf(stderr, "bad shape \"%s\" (want MxNxK)\n", argv[i]);
+                return 2;
+            }
+            ncustom++;
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            usage(argv[0]);
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    const shape *shapes = ncustom ? custom : default_shapes;
+    const int nshapes = ncustom ? ncustom : (int)(sizeof default_shapes / sizeof default_shapes[0]);
+
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0; /* OpenCL providers open their own context when they are added */
+    ember_context *ctx = NULL;
+    if (ember_context_create(&o, &ctx) != EMBER_OK) {
+        fprintf(stderr, "ember_context_create: %s\n", ember_last_error());
+        return 1;
+    }
+
+    bench_header(fmt, "bench_matmul");
+    int first_row = 1, failed = 0;
+    for (int si = 0; si < nshapes && !failed; si++) {
+        const shape sh = shapes[si];
+        size_t na = (size_t)(sh.m * sh.k), nb = (size_t)(sh.k * sh.n), nc = (size_t)(sh.m * sh.n);
+        float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+        if (!a || !b || !c) {
+            fprintf(stderr, "no memory for shape %lldx%lldx%lld\n", (long long)sh.m,
+                    (long long)sh.n, (long long)sh.k);
+            free(a);
+            free(b);
+            free(c);
+            break;
+        }
+        bench_fill(a, na, 1000u + (uint64_t)si);
+        bench_fill(b, nb, 2000u + (uint64_t)si);
+        const problem p = {ctx, sh.m, sh.n, sh.k, a, b};
+        samples smp;
+        samples_make(&p, &smp);
+
+        void *state[NPROV] = {0};
+        int ready[NPROV] = {0};
+        bench_row rows[NPROV];
+        double *t[NPROV];
+        memset(rows, 0, sizeof rows);
+        for (int q = 0; q < NPROV; q++) {
+            t[q] = calloc((size_t)reps, sizeof(double));
+            if (only && q > 0 && !strstr(providers[q].name, only))
+                continue; /* the reference always runs: vs_ref needs it */
+            int r = providers[q].setup(&p, &state[q], &rows[q]);
+            if (r < 0)
+                failed = 1;
+            ready[q] = r > 0 && t[q];
+            /* warm up, and measure the error once (untimed) */
+            if (ready[q] && (providers[q].run(state[q]) != 0 || providers[q].result(state[q], c))) {
+                failed = 1;
+                ready[q] = 0;
+            }
+            if (ready[q])
+                rows[q].max_abs_err = samples_err(&p, &smp, c);
+            if (ready[q] && providers[q].after)
+                providers[q].after(state[q]);
+        }
+        for (int r = 0; r < reps && !failed; r++)
+            for (int q = 0; q < NPROV; q++) {
+                if (!ready[q])
+                    continue;
+                double t0 = bench_now_ms();
+                if (providers[q].run(state[q]) != 0)
+                    failed = 1;
+                t[q][r] = bench_now_ms() - t0;
+                if (providers[q].after)
+                    providers[q].after(state[q]);
+            }
+        double ref_gops = 0;
+        for (int q = 0; q < NPROV && !failed; q++) {
+            if (!ready[q])
+                continue;
+            bench_row *row = &rows[q];
+            row->m = sh.m;
+            row->n = sh.n;
+            row->k = sh.k;
+            row->reps = reps;
+            bench_stats(t[q], reps, &row->median_ms, &row->min_ms);
+            row->gops = 2.0 * (double)sh.m * (double)sh.n * (double)sh.k / (row->median_ms * 1e6);
+            if (q == 0)
+                ref_gops = row->gops;
+            row->vs_ref = ref_gops > 0 ? row->gops / ref_gops : 0;
+            bench_print_row(fmt, row, first_row);
+            first_row = 0;
+        }
+        for (int q = 0; q < NPROV; q++) {
+            if (state[q])
+                providers[q].teardown(state[q]);
+            free(t[q]);
+        }
+        free(a);
+        free(b);
+        free(c);
+    }
+    bench_footer(fmt);
+    ember_context_destroy(ctx);
+    return failed ? 1 : 0;
+}
