@@ -1,6 +1,7 @@
 # ember: the two commands.
 #   make test    install missing Debian packages, configure build/ (-Werror), build, run ctest
 #   make bench   the same set-up, then run every benchmark (OpenBLAS on its right core type)
+#   make examples  fetch the UCI digits, build and run examples/ (examples.mk)
 #   make asan    build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer, run ctest there
 # Variables: BUILD, ASAN_BUILD, JOBS, CMAKE_FLAGS (extra -D options for both builds).
 
@@ -23,7 +24,7 @@ BLAS_CORE := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && \
                      grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && \
                      echo SkylakeX)
 
-.PHONY: all deps configure build test bench asan clean
+.PHONY: all deps configure build test bench asan clean examples
 all: build
 
 # Install only what is missing, as root or through sudo.
@@ -76,3 +77,7 @@ asan: deps
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# make examples: fetch the digits, build and run both examples (examples.mk)
+include examples.mk
+examples-build: configure
