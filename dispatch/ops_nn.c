@@ -36,22 +36,6 @@ static ember_status check_same_shape(const char *op, const ember_tensor *a, cons
                ember__shape_str(b->rank, b->shape, sb, sizeof sb));
 }
 
-static const char *strategy_name(ember_autodiff a) {
-    return a == EMBER_AUTODIFF_BALANCED ? "Balanced" : "Disabled";
-}
-
-/* burn's validate_checkpointing: Disabled + Enabled(s) = Enabled(s); two strategies must agree. */
-static ember_status merge_autodiff(const char *op, ember_autodiff a, ember_autodiff b,
-                                   ember_autodiff *out) {
-    if (a != EMBER_AUTODIFF_DISABLED && b != EMBER_AUTODIFF_DISABLED && a != b)
-        EMBER_FAIL(EMBER_ERR_CHECKPOINT_MISMATCH,
-                   "%s: Gradient checkpointing strategy mismatch: %s vs %s. Tensors in the same "
-                   "operation must share a strategy.",
-                   op, strategy_name(a), strategy_name(b));
-    *out = a != EMBER_AUTODIFF_DISABLED ? a : b;
-    return EMBER_OK;
-}
-
 /* A backward op on a tracked input would be a second-order derivative. */
 static ember_status check_untracked(const char *op, const ember_tensor *t) {
     EMBER_FAIL_IF(t->autodiff != EMBER_AUTODIFF_DISABLED, EMBER_ERR_NOT_DIFFERENTIABLE,
@@ -350,7 +334,7 @@ static ember_status check_axpy(const char *op, const ember_tensor *x, const embe
     EMBER_TRY(check_f32(op, "y", y));
     EMBER_TRY(ember__check_same_device(op, x, y));
     EMBER_TRY(check_same_shape(op, x, y));
-    return merge_autodiff(op, x->autodiff, y->autodiff, merged);
+    return ember__autodiff_merge(op, x->autodiff, y->autodiff, merged);
 }
 
 static ember_status run_axpy(const char *op, float alpha, const ember_tensor *x,

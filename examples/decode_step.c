@@ -20,6 +20,8 @@
 
 #include <ember/ember.h>
 
+#include "blas_coretype.h" /* ember's own tools: OpenBLAS on the right core (README.md) */
+
 enum { D_MODEL = 4096, D_FF = 11008, MAX_REPS = 101 };
 
 #define CHECK(expr) check_ok((expr), #expr, __LINE__)
@@ -131,6 +133,9 @@ int main(int argc, char **argv) {
 
     ember_context *ctx[2];
     CHECK(ember_context_create(NULL, &ctx[0]));
+    ember_device_info cpu_info;
+    CHECK(ember_device_describe(ctx[0], (ember_device){EMBER_BACKEND_CPU, 0}, &cpu_info));
+    ember_tool_blas_coretype(argv, cpu_info.blas_core); /* may re-run this program once */
     ember_options o = ember_options_default();
     o.dynamic_activation_quant = 1;
     CHECK(ember_context_create(&o, &ctx[1]));

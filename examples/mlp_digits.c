@@ -27,6 +27,8 @@
 
 #include <ember/ember.h>
 
+#include "blas_coretype.h" /* ember's own tools: OpenBLAS on the right core (README.md) */
+
 enum { N_ALL = 1797, N_FEAT = 64, N_CLASS = 10, N_LAYERS = 3, N_SCHEMES = 3 };
 static const int64_t DIMS[N_LAYERS + 1] = {N_FEAT, 128, 64, N_CLASS};
 
@@ -521,6 +523,9 @@ int main(int argc, char **argv) {
 
     ember_context *ctx, *ctx_w8a8;
     CHECK(ember_context_create(NULL, &ctx));
+    ember_device_info cpu_info;
+    CHECK(ember_device_describe(ctx, (ember_device){EMBER_BACKEND_CPU, 0}, &cpu_info));
+    ember_tool_blas_coretype(argv, cpu_info.blas_core); /* may re-run this program once */
     ember_options o = ember_options_default();
     o.dynamic_activation_quant = 1;
     CHECK(ember_context_create(&o, &ctx_w8a8));

@@ -403,7 +403,7 @@ static void test_argmax_ties_and_nan(void) {
 
 /* ---- autodiff contexts ---- */
 
-static void set_ad(ember_tensor *t, ember_autodiff a) { t->autodiff = a; }
+static void set_ad(ember_tensor *t, ember_autodiff a) { TU_OK(ember_tensor_set_autodiff(t, a)); }
 
 static void test_autodiff(void) {
     const int64_t shape[2] = {2, 3}, ts[1] = {2};
