@@ -361,7 +361,15 @@ ember_status ember_axpy(float alpha, const ember_tensor *x, const ember_tensor *
 ember_status ember_axpy_inplace(float alpha, const ember_tensor *x, ember_tensor *y) {
     ember_autodiff ad;
     EMBER_TRY(check_axpy("axpy_inplace", x, y, &ad));
-    return run_axpy("axpy_inplace", alpha, x, y, y);
+    EMBER_TRY(run_axpy("axpy_inplace", alpha, x, y, y));
+    /* y's values changed: a backend's cached copy of y in its kernel layout is stale */
+    pthread_mutex_lock(&y->pack.lock);
+    if (y->pack.data && y->pack.release)
+        y->pack.release(state_of(y), y->pack.data);
+    y->pack.data = NULL;
+    y->pack.bytes = 0;
+    pthread_mutex_unlock(&y->pack.lock);
+    return EMBER_OK;
 }
 
 /* ---- argmax ---- */

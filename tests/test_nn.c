@@ -345,6 +345,33 @@ static void test_axpy_values(void) {
     free(y);
 }
 
+/* An in-place update makes a backend's cached copy of y (its kernel layout) stale: it is dropped. */
+static int released;
+static void fake_release(void *state, void *data) {
+    (void)state;
+    released++;
+    free(data);
+}
+
+static void test_axpy_inplace_drops_pack_cache(void) {
+    const int64_t shape[1] = {8};
+    float *x = rand_f32(8, -1.0f, 1.0f);
+    ember_tensor *tx = mkf(1, shape, x), *ty = mkf(1, shape, x);
+    ty->pack.data = malloc(16);
+    ty->pack.bytes = 16;
+    ty->pack.release = fake_release;
+    released = 0;
+    TU_ASSERT_STATUS(ember_axpy_inplace(1.0f, tx, NULL), EMBER_ERR_MISUSE, NULL);
+    CU_ASSERT_EQUAL(released, 0); /* a failed call leaves y (and its cache) alone */
+    TU_OK(ember_axpy_inplace(1.0f, tx, ty));
+    CU_ASSERT_EQUAL(released, 1);
+    CU_ASSERT_PTR_NULL(ty->pack.data);
+    ember_tensor_free(ty); /* no second release */
+    CU_ASSERT_EQUAL(released, 1);
+    ember_tensor_free(tx);
+    free(x);
+}
+
 /* ---- argmax ---- */
 
 static void test_argmax_values(void) {
@@ -750,6 +777,7 @@ static CU_TestInfo nn_tests[] = {
     {"cross_entropy gradient is the derivative", test_cross_entropy_gradient_is_derivative},
     {"cross_entropy folds leading axes", test_cross_entropy_batched_axes},
     {"axpy and axpy_inplace values", test_axpy_values},
+    {"axpy_inplace drops a stale pack cache", test_axpy_inplace_drops_pack_cache},
     {"argmax values on every axis", test_argmax_values},
     {"argmax ties and NaN", test_argmax_ties_and_nan},
     {"autodiff contexts", test_autodiff},

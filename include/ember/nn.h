@@ -69,7 +69,9 @@ EMBER_API ember_status ember_axpy(float alpha, const ember_tensor *x, const embe
 /* y += alpha * x, in place: the one op in ember that writes into a tensor it is given, so that an
  * optimizer step needs no allocation. The same operand rules as ember_axpy (x may be y). y keeps
  * its own autodiff context; the contexts must still merge (CHECKPOINT_MISMATCH). On failure y is
- * unchanged. */
+ * unchanged. Any copy of y a backend cached in its kernel layout is dropped. Not thread-safe
+ * with other ops reading y at the same time (the only exception to ember's rule that inputs are
+ * never mutated). */
 EMBER_API ember_status ember_axpy_inplace(float alpha, const ember_tensor *x, ember_tensor *y);
 
 /* The index of the largest value along `axis` (0 <= axis < rank), as burn's argmax(dim): the
