@@ -151,6 +151,12 @@ static ember_status run_backend(const ember_tensor *a, const ember_tensor *b, co
     void *state = ctx->be[a->device.backend].state;
     if (!ops->q_matmul || p->out_dtype != EMBER_F32)
         return EMBER_ERR_QUANT_UNSUPPORTED; /* the entry takes F32 float operands only */
+    int64_t k = a->shape[a->rank - 1];
+    size_t cells = 1;
+    for (int i = 0; i < p->out_rank; i++)
+        cells *= (size_t)p->out_shape[i];
+    if (cells == 0 || k == 0)
+        return EMBER_ERR_QUANT_UNSUPPORTED; /* empty: the float path handles it */
     size_t nbytes;
     EMBER_TRY(ember__shape_bytes(EMBER_F32, p->out_rank, p->out_shape, NULL, &nbytes));
     ember__matmul_plan mp;

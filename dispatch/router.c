@@ -94,7 +94,9 @@ ember_status ember_to_device(const ember_tensor *t, ember_device dst, ember_tens
 
 /* Dequantize on the producer, move the floats, quantize there with the same scheme and the same
  * (effective) scales. Passing the scales rather than recomputing them keeps single-level schemes
- * bit-exact: s·q / s rounds back to q. */
+ * bit-exact: s·q / s rounds back to q. A two-level scheme re-normalises its block scales against
+ * a new global scale, which may move the global scale by an ulp and a UE4M3 block scale by one
+ * step, so its values agree within one quantization step. */
 ember_status ember_requantize_to_device(const ember_tensor *q, ember_device dst,
                                         ember_tensor **out) {
     EMBER_FAIL_IF(!out, EMBER_ERR_INVALID_ARGUMENT, "requantize_to_device: out is NULL");

@@ -324,11 +324,16 @@ static void test_to_device_oom(void) {
 static void test_requantize_to_device(void) {
     ember_context *ctx = mock_context();
     const int64_t blk[1] = {4};
-    ember_qscheme schemes[3] = {q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
-                                ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1, blk)};
+    ember_qscheme schemes[4] = {q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
+                                ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1, blk),
+                                ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1,
+                                                        blk)};
+    schemes[3].block_scale = EMBER_SCALE_UE4M3; /* two-level, NVFP4 style */
+    schemes[3].tensor_level = 1;
+    schemes[3].tensor_scale = EMBER_SCALE_F32;
     const int64_t s[2] = {3, 8};
     const ember_device dsts[3] = {MOCK0, MOCK1, TU_CPU};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         ember_tensor *q = mk_q(ctx, TU_CPU, &schemes[k], 2, s, &rng);
         if (!q)
             continue;
@@ -352,14 +357,26 @@ static void test_requantize_to_device(void) {
             CU_ASSERT_EQUAL(got.value, schemes[k].value);
             CU_ASSERT_EQUAL(got.store, schemes[k].store);
             CU_ASSERT_EQUAL(got.block_rank, schemes[k].block_rank);
-            /* single-level schemes travel bit-exactly */
-            TU_OK(ember_qtensor_values(o, v1, 24));
-            CU_ASSERT(memcmp(v0, v1, sizeof v0) == 0);
-            TU_OK(ember_qtensor_scales(o, sc1, ns));
-            CU_ASSERT(memcmp(sc0, sc1, ns * sizeof(float)) == 0);
             /* the new tensor was produced there: it dequantizes there */
             ember_tensor *deq = NULL;
             TU_OK(ember_backend_dequantize(ctx, dsts[d], o, &deq));
+            if (!got.tensor_level) {
+                /* single-level schemes travel bit-exactly */
+                TU_OK(ember_qtensor_values(o, v1, 24));
+                CU_ASSERT(memcmp(v0, v1, sizeof v0) == 0);
+                TU_OK(ember_qtensor_scales(o, sc1, ns));
+                CU_ASSERT(memcmp(sc0, sc1, ns * sizeof(float)) == 0);
+            } else {
+                /* two-level: the scales are re-normalised (the global scale may move by an
+                 * ulp, a UE4M3 block scale by a step), so the values agree within one
+                 * quantization step of the source (E2M1 steps are at most 2 units) */
+                float *x0 = host_values(q), *x1 = read_f32(deq), eff[8];
+                TU_OK(ember__qtensor_effective_scales(q, eff));
+                for (int i = 0; i < 24; i++)
+                    CU_ASSERT(fabsf(x0[i] - x1[i]) <= 2.5f * eff[i / 4]);
+                free(x0);
+                free(x1);
+            }
             ember_tensor_free(deq);
             if (cur != q)
                 ember_tensor_free(cur);
@@ -800,6 +817,45 @@ static ember_status hook_q_matmul(void *state, int dev, const ember__gemm *g,
     return EMBER_OK;
 }
 
+/* Empty operands: an empty output, or (k = 0) an all-zero one, on every arm. */
+static void test_q_matmul_empty(void) {
+    ember_context *ctx = ctx_with(EMBER_QUANT_INHIBIT);
+    hook.ops = *ctx->be[EMBER_BACKEND_CPU].ops; /* an entry that must not see empty shapes */
+    hook.ops.q_matmul = hook_q_matmul;
+    hook.calls = 0;
+    hook.mode = 1;
+    const ember_backend_ops *saved = ctx->be[EMBER_BACKEND_CPU].ops;
+    ctx->be[EMBER_BACKEND_CPU].ops = &hook.ops;
+    ember_qscheme s = q8s();
+    const int64_t A[3][2] = {{0, 4}, {2, 0}, {2, 4}}, B[3][2] = {{4, 3}, {0, 3}, {4, 0}};
+    for (int c = 0; c < 3; c++) {
+        ember_tensor *fa = mk_f32(ctx, TU_CPU, 2, A[c], &rng), *fb = mk_f32(ctx, TU_CPU, 2, B[c], &rng);
+        ember_tensor *qa = NULL, *qb = NULL;
+        TU_OK(ember_quantize(fa, &s, &qa));
+        TU_OK(ember_quantize(fb, &s, &qb));
+        const ember_tensor *L[3] = {fa, qa, qa}, *R[3] = {qb, fb, qb};
+        for (int arm = 0; arm < 3 && qa && qb; arm++) {
+            ember_tensor *y = NULL;
+            TU_OK(ember_q_matmul(L[arm], R[arm], &y));
+            CU_ASSERT_EQUAL(ember_tensor_dim(y, 0), A[c][0]);
+            CU_ASSERT_EQUAL(ember_tensor_dim(y, 1), B[c][1]);
+            float z[8];
+            memset(z, 0x55, sizeof z);
+            TU_OK(ember_tensor_read(y, z, sizeof z));
+            for (int64_t i = 0; i < ember_tensor_numel(y); i++)
+                CU_ASSERT_EQUAL(z[i], 0.0f);
+            ember_tensor_free(y);
+        }
+        ember_tensor_free(fa);
+        ember_tensor_free(fb);
+        ember_tensor_free(qa);
+        ember_tensor_free(qb);
+    }
+    CU_ASSERT_EQUAL(hook.calls, 0);
+    ctx->be[EMBER_BACKEND_CPU].ops = saved;
+    ember_context_destroy(ctx);
+}
+
 static void test_q_matmul_backend_entry(void) {
     ember_context *ctx = ctx_with(EMBER_QUANT_INHIBIT);
     hook.ops = *ctx->be[EMBER_BACKEND_CPU].ops;
@@ -992,6 +1048,7 @@ static CU_TestInfo q_matmul_tests[] = {
     {"autodiff: a fresh tracked leaf", test_q_matmul_autodiff_output},
     {"(F,F) is the float matmul", test_q_matmul_float_pair},
     {"backend entry: taken, declined, failing", test_q_matmul_backend_entry},
+    {"empty operands", test_q_matmul_empty},
     {"check_q_matmul = q_matmul's guards", test_check_q_matmul_matches_op},
     {"misuse, allocation failures", test_q_matmul_misuse_and_oom},
     CU_TEST_INFO_NULL,

@@ -17,6 +17,13 @@
 #include "dispatch/internal.h"
 #include "test_util.h"
 
+/* A little-endian u32 read from any address (the bytes of a serialized tensor are unaligned). */
+static uint32_t le32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 static ember_context *ctx;
 static const ember_device CL0 = {EMBER_BACKEND_OPENCL, 0};
 static uint64_t rng;
@@ -575,7 +582,7 @@ static void test_quant_golden(void) {
     const int8_t t1q[8] = {127, 3, -3, 1, -1, 2, 0, -127};
     q_roundtrip(&q8s, 1, s8, t1, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t1q, 8), 0);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 8), 0x3F800000u);
+    CU_ASSERT_EQUAL(le32(bytes + 8), 0x3F800000u);
     /* T2: burn's test, serialized bytes 81 b9 00 23 d4 36 68 3c */
     const float t2[4] = {-1.8f, -1.0f, 0.0f, 0.5f};
     const uint8_t t2b[8] = {0x81, 0xb9, 0x00, 0x23, 0xd4, 0x36, 0x68, 0x3c};
@@ -584,43 +591,43 @@ static void test_quant_golden(void) {
     /* T5 zeros: the stored scale is FLT_MIN */
     const float t5[4] = {0, 0, 0, 0};
     q_roundtrip(&q8s, 1, s4, t5, NULL, bytes);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 4), 0x00800000u);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x00800000u);
     /* T6 */
     const float t6[6] = {0, 1, 2, 3, 4, 5};
     const int8_t t6q[6] = {0, 25, 51, 76, 102, 127};
     q_roundtrip(&q8s, 1, s6, t6, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t6q, 6), 0);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 6), 0x3D214285u);
+    CU_ASSERT_EQUAL(le32(bytes + 6), 0x3D214285u);
     /* T7 Q8F */
     ember_qscheme q8f = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
     const float t7[4] = {-1, 0.5f, 1, -0.25f};
     const int8_t t7q[4] = {-127, 64, 127, -32};
     q_roundtrip(&q8f, 1, s4, t7, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t7q, 4), 0);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 4), 0x3C008081u);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3C008081u);
     /* T8 Q4S packed: word 0x175320D9 */
     ember_qscheme q4s = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
     const float t8[8] = {-1, -0.5f, 0, 0.25f, 0.5f, 0.75f, 1, 0.1f};
     q_roundtrip(&q4s, 1, s8, t8, NULL, bytes);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)bytes, 0x175320D9u);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 4), 0x3E124925u);
+    CU_ASSERT_EQUAL(le32(bytes), 0x175320D9u);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3E124925u);
     /* T9 Q4F, T10 Q2S (word 0x00003443), T11 Q2F */
     ember_qscheme q4f = ember_qscheme_per_tensor(EMBER_Q4F, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q4f, 1, s8, t8, NULL, bytes);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 4), 0x3E088889u);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3E088889u);
     const float t10[8] = {-0.9f, -0.4f, 0, 0.6f, 0.3f, 1, -1, 0.49f};
     ember_qscheme q2s = ember_qscheme_per_tensor(EMBER_Q2S, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q2s, 1, s8, t10, NULL, bytes);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)bytes, 0x00003443u);
+    CU_ASSERT_EQUAL(le32(bytes), 0x00003443u);
     ember_qscheme q2f = ember_qscheme_per_tensor(EMBER_Q2F, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q2f, 1, s8, t10, NULL, bytes);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 4), 0x3F2AAAABu);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3F2AAAABu);
     /* §6.4: Q8S packed, 5 values: words 0x7FFD0280, 0x00000037 (zero-padded) via static scale 1 */
     ember_qscheme q8p = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_PACKED_U32);
     const float p5[5] = {-128, 2, -3, 127, 55}, one = 1.0f;
     q_roundtrip(&q8p, 1, s5, p5, &one, bytes);
-    CU_ASSERT_EQUAL(((uint32_t *)(void *)bytes)[0], 0x7FFD0280u);
-    CU_ASSERT_EQUAL(((uint32_t *)(void *)bytes)[1], 0x00000037u);
+    CU_ASSERT_EQUAL(le32(bytes), 0x7FFD0280u);
+    CU_ASSERT_EQUAL(le32(bytes + 4), 0x00000037u);
     /* B1: per_block([4]) on [2,4] */
     int64_t s24[2] = {2, 4}, blk4[1] = {4}, blk22[2] = {2, 2};
     ember_qscheme b1 = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk4);
@@ -628,7 +635,7 @@ static void test_quant_golden(void) {
     const int8_t b1q[8] = {32, -64, 16, 127, 42, 85, -127, 21};
     q_roundtrip(&b1, 2, s24, xb1, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, b1q, 8), 0);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 12), 0x3B1ACF38u);
+    CU_ASSERT_EQUAL(le32(bytes + 12), 0x3B1ACF38u);
     /* B2: per_block([2,2]) rectangles */
     ember_qscheme b2 = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk22);
     const float xb2[8] = {1, 2, 10, -20, 3, -4, 5, 0};
@@ -645,7 +652,7 @@ static void test_quant_golden(void) {
     CU_ASSERT_EQUAL(memcmp(bytes, b3q, 8), 0);
     CU_ASSERT_EQUAL(bytes[8], 0x7E);
     CU_ASSERT_EQUAL(bytes[9], 0x61);
-    CU_ASSERT_EQUAL(*(uint32_t *)(void *)(bytes + 10), 0x38937005u);
+    CU_ASSERT_EQUAL(le32(bytes + 10), 0x38937005u);
     (void)f32_of;
 }
 

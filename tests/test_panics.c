@@ -749,6 +749,16 @@ static void test_invalid_per_block_scales(void) {
     CU_ASSERT_PTR_NULL(out);
     snap_check(x, &sx);
     snap_check(sc, &ss);
+    /* burn-cubecl ops/qtensor.rs:262-266: the scales must be an f32 tensor */
+    const int64_t grid[2] = {4, 2};
+    uint16_t h[8] = {0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00, 0x3c00};
+    ember_tensor *sh = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F16, 2, grid, h, &sh));
+    out = OUT_SENTINEL;
+    EXPECT_REFUSED(ember_quantize_static(x, &s, sh, &out), EMBER_ERR_DTYPE_MISMATCH,
+                   "the scales are F16; they must be F32");
+    CU_ASSERT_PTR_NULL(out);
+    ember_tensor_free(sh);
     ember_tensor_free(x);
     ember_tensor_free(sc);
     ember_context_destroy(ctx);

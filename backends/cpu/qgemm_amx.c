@@ -117,8 +117,9 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
             b1 = unp + (kp / 4) * 64;
         }
         const int64_t nv = p->n - j;
-        const __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
-        const __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
         for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
             const int8_t *a0 = jb->a + (i / 16) * (kp / 64) * 1024;
             const int8_t *a1 = a0 + (kp / 64) * 1024;

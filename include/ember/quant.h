@@ -72,7 +72,8 @@ EMBER_API ember_status ember_qtensor_from_bytes(ember_context *ctx, ember_device
 
 /* Dequantize q on its producer, move the floats to dst, and quantize them there with the same
  * scheme: the explicit, opt-in way around EMBER_ERR_QUANT_TRANSFER that burn's docs recommend.
- * Lossy where requantization changes the scales (it does not for a plain round trip). */
+ * The source's scales are reused, so single-level schemes arrive bit-exact; a two-level scheme
+ * re-normalises its block scales and may move a value by one quantization step. */
 EMBER_API ember_status ember_requantize_to_device(const ember_tensor *q, ember_device dst,
                                                   ember_tensor **out);
 

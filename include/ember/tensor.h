@@ -75,8 +75,10 @@ typedef enum ember_autodiff {
     EMBER_AUTODIFF_COUNT
 } ember_autodiff;
 
-/* Set the autodiff context of a float tensor. A quantized tensor is never tracked:
- * EMBER_ERR_AUTODIFF_CONTEXT. Non-float tensors likewise. */
+/* Set the autodiff context of a float tensor. A quantized tensor is never tracked: enabling it
+ * gives EMBER_ERR_AUTODIFF_CONTEXT ("only float tensors may use an autodiff primitive"), as does
+ * enabling an integer or bool tensor. Setting EMBER_AUTODIFF_DISABLED is accepted on any tensor
+ * (a no-op on those never tracked). */
 EMBER_API ember_status ember_tensor_set_autodiff(ember_tensor *t, ember_autodiff a);
 EMBER_API ember_autodiff ember_tensor_autodiff(const ember_tensor *t);
 
