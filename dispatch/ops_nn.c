@@ -62,7 +62,7 @@ static ember_status alloc_out(const ember_tensor *like, ember_dtype dt, int rank
 
 /* The host fallback. An operand is read where it lies when the device shares host memory
  * (host_ptr), else downloaded into a scratch copy; an output is written likewise and uploaded. */
-enum { HOST_RELU, HOST_RELU_BW, HOST_SOFTMAX, HOST_CE, HOST_AXPY, HOST_ARGMAX };
+enum { HOST_RELU, HOST_RELU_BW, HOST_SOFTMAX, HOST_CE, HOST_AXPY, HOST_ARGMAX, HOST_SELECT };
 
 typedef struct host_job {
     int kind;
@@ -70,6 +70,7 @@ typedef struct host_job {
     ember_tensor *out[2]; /* NULL entries are skipped; out[i] may be one of in[] (in place) */
     float alpha;
     int64_t rows, cols, outer, n, inner;
+    size_t inner_bytes; /* select: the bytes of one slice */
 } host_job;
 
 static void *host_ptr(const ember_tensor *t) {
@@ -96,8 +97,12 @@ static void host_kernel(const host_job *j, void *const *in, void *const *out) {
     case HOST_AXPY:
         ember__nn_axpy(j->alpha, in[0], in[1], out[0], j->in[0]->numel);
         break;
-    default: /* HOST_ARGMAX */
+    case HOST_ARGMAX:
         ember__nn_argmax(in[0], j->outer, j->n, j->inner, out[0]);
+        break;
+    default: /* HOST_SELECT */
+        ember__nn_select(in[0], in[1], j->in[1]->dtype, j->outer, j->n,
+                         (int64_t)j->in[1]->numel, j->inner_bytes, out[0]);
         break;
     }
 }
@@ -229,6 +234,41 @@ ember_status ember_softmax(const ember_tensor *x, ember_tensor **out) {
 
 /* ---- cross-entropy ---- */
 
+/* Every value of the I64 / I32 tensor idx must lie in [0, limit): read them to the host (index
+ * tensors are small) and name the first one outside, with its flat position. */
+static ember_status check_index_range(const char *op, const char *what, const ember_tensor *idx,
+                                      int64_t limit, const char *range_name) {
+    const void *host = host_ptr(idx);
+    void *owned = NULL;
+    if (!host && idx->nbytes) {
+        owned = ember__malloc(idx->nbytes);
+        EMBER_FAIL_IF(!owned, EMBER_ERR_OUT_OF_MEMORY,
+                      "%s: no memory for a host copy of the %ss (%zu bytes)", op, what,
+                      idx->nbytes);
+        ember_status st = idx->ctx->be[idx->device.backend].ops->download(
+            state_of(idx), idx->device.index, idx->buf, 0, owned, idx->nbytes);
+        if (st != EMBER_OK) {
+            ember__free(owned);
+            return st;
+        }
+        host = owned;
+    }
+    int64_t bad_at = -1, bad = 0;
+    for (int64_t r = 0; r < (int64_t)idx->numel && bad_at < 0; r++) {
+        int64_t t = idx->dtype == EMBER_I64 ? ((const int64_t *)host)[r]
+                                            : ((const int32_t *)host)[r];
+        if (t < 0 || t >= limit) {
+            bad_at = r;
+            bad = t;
+        }
+    }
+    ember__free(owned);
+    EMBER_FAIL_IF(bad_at >= 0, EMBER_ERR_INVALID_ARGUMENT,
+                  "%s: %s %lld at flat index %lld is outside %s [0, %lld)", op, what,
+                  (long long)bad, (long long)bad_at, range_name, (long long)limit);
+    return EMBER_OK;
+}
+
 /* The checks shared by the loss and its gradient; rows and cols of the [rows, cols] view. */
 static ember_status check_cross_entropy(const char *op, const ember_tensor *logits,
                                         const ember_tensor *targets, int64_t *rows,
@@ -253,36 +293,8 @@ static ember_status check_cross_entropy(const char *op, const ember_tensor *logi
                   "%s: logits %s hold no rows (the mean over an empty batch)", op,
                   ember__shape_str(logits->rank, logits->shape, sa, sizeof sa));
 
-    /* every target must name a class: read them to the host (they are small) */
-    const void *host = host_ptr(targets);
-    void *owned = NULL;
-    if (!host) {
-        owned = ember__malloc(targets->nbytes);
-        EMBER_FAIL_IF(!owned, EMBER_ERR_OUT_OF_MEMORY,
-                      "%s: no memory for a host copy of the targets (%zu bytes)", op,
-                      targets->nbytes);
-        ember_status st = targets->ctx->be[targets->device.backend].ops->download(
-            state_of(targets), targets->device.index, targets->buf, 0, owned, targets->nbytes);
-        if (st != EMBER_OK) {
-            ember__free(owned);
-            return st;
-        }
-        host = owned;
-    }
-    int64_t bad_at = -1, bad = 0;
-    for (int64_t r = 0; r < *rows && bad_at < 0; r++) {
-        int64_t t = targets->dtype == EMBER_I64 ? ((const int64_t *)host)[r]
-                                                : ((const int32_t *)host)[r];
-        if (t < 0 || t >= *cols) {
-            bad_at = r;
-            bad = t;
-        }
-    }
-    ember__free(owned);
-    EMBER_FAIL_IF(bad_at >= 0, EMBER_ERR_INVALID_ARGUMENT,
-                  "%s: target %lld at flat index %lld is outside the classes [0, %lld)", op,
-                  (long long)bad, (long long)bad_at, (long long)*cols);
-    return EMBER_OK;
+    /* every target must name a class */
+    return check_index_range(op, "target", targets, *cols, "the classes");
 }
 
 static ember_status run_cross_entropy(const char *op, const ember_tensor *logits,
@@ -410,6 +422,54 @@ ember_status ember_argmax(const ember_tensor *x, int axis, ember_tensor **out) {
         host_job j = {.kind = HOST_ARGMAX, .in = {x, NULL}, .out = {o, NULL}, .outer = outer,
                       .n = x->shape[axis], .inner = inner};
         st = run_host("argmax", &j);
+    }
+    return finish(st, o, out);
+}
+
+/* ---- select ---- */
+
+ember_status ember_select(const ember_tensor *x, int axis, const ember_tensor *indices,
+                          ember_tensor **out) {
+    static const char op[] = "select";
+    char sb[200];
+    EMBER_FAIL_IF(!out, EMBER_ERR_INVALID_ARGUMENT, "select: out is NULL");
+    *out = NULL;
+    EMBER_TRY(ember__check_tensor(x, "select input"));
+    EMBER_TRY(ember__check_tensor(indices, "select indices"));
+    EMBER_FAIL_IF(x->dtype == EMBER_QFLOAT, EMBER_ERR_DTYPE_MISMATCH,
+                  "select: the input is quantized (QFloat); select takes plain tensors "
+                  "(dequantize it first)");
+    EMBER_FAIL_IF(indices->dtype != EMBER_I64 && indices->dtype != EMBER_I32,
+                  EMBER_ERR_DTYPE_MISMATCH, "select: the indices are %s; indices are I64 or I32",
+                  ember_dtype_name(indices->dtype));
+    EMBER_TRY(ember__check_same_device(op, x, indices));
+    EMBER_FAIL_IF(axis < 0 || axis >= x->rank, EMBER_ERR_INVALID_ARGUMENT,
+                  "select: axis %d is outside 0..%d", axis, x->rank - 1);
+    EMBER_FAIL_IF(indices->rank != 1, EMBER_ERR_SHAPE_MISMATCH,
+                  "select: indices %s: the indices are a rank-1 tensor",
+                  ember__shape_str(indices->rank, indices->shape, sb, sizeof sb));
+    EMBER_TRY(check_index_range(op, "index", indices, x->shape[axis], "the axis"));
+    int64_t shape[EMBER_MAX_RANK], outer = 1;
+    size_t inner_bytes = ember_dtype_get_traits(x->dtype)->size;
+    for (int d = 0; d < x->rank; d++) {
+        shape[d] = d == axis ? indices->shape[0] : x->shape[d];
+        if (d < axis)
+            outer *= x->shape[d];
+        else if (d > axis)
+            inner_bytes *= (size_t)x->shape[d];
+    }
+    ember_tensor *o;
+    EMBER_TRY(alloc_out(x, x->dtype, x->rank, shape, &o));
+    o->autodiff = x->autodiff;
+    const struct ember__nn_ops *nn = nn_of(x);
+    ember_status st;
+    if (nn && nn->select) {
+        st = nn->select(state_of(x), x->device.index, x, indices, outer, x->shape[axis],
+                        inner_bytes, o);
+    } else {
+        host_job j = {.kind = HOST_SELECT, .in = {x, indices}, .out = {o, NULL}, .outer = outer,
+                      .n = x->shape[axis], .inner_bytes = inner_bytes};
+        st = run_host(op, &j);
     }
     return finish(st, o, out);
 }

@@ -15,7 +15,8 @@
  *  4. Save the quantized weights in burn's QuantizedBytes layout, load them back and check that
  *     the predictions are identical.
  *
- * usage: mlp_digits [--data PATH] [--save PATH] [--quick] [--check]
+ * usage: mlp_digits [--data PATH] [--save PATH] [--train-on cpu|opencl:N] [--quick] [--check]
+ *   --train-on  the device that trains (default cpu); serving covers every device either way
  *   --quick  a reduced schedule (CTest): train to 93% at most 60 epochs, fewer timing rounds
  *   --check  exit 1 unless float accuracy >= 90% and every quantized accuracy is within 2 points
  *            of it, the reloaded weights predict identically, and every device quantizes to the
@@ -205,13 +206,13 @@ static ember_tensor *forward(const model *m, const ember_tensor *x, ember_tensor
     return NULL; /* not reached */
 }
 
-/* One SGD step on a minibatch; returns nothing, the weights are updated in place. */
-static void train_step(ember_context *ctx, model *m, const float *xb, const int64_t *yb,
-                       int64_t batch, float lr) {
-    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
-    const int64_t xs[2] = {batch, N_FEAT};
-    ember_tensor *x = tensor_f32(ctx, cpu, 2, xs, xb), *y, *acts[2];
-    CHECK(ember_tensor_from_data(ctx, cpu, EMBER_I64, 1, &batch, yb, &y));
+/* One SGD step on the minibatch of rows `rows` (I64 indices into the training set, which lives
+ * on the device: the batch is gathered there); the weights are updated in place. */
+static void train_step(model *m, const ember_tensor *x_all, const ember_tensor *y_all,
+                       const ember_tensor *rows, float lr) {
+    ember_tensor *x, *y, *acts[2];
+    CHECK(ember_select(x_all, 0, rows, &x));
+    CHECK(ember_select(y_all, 0, rows, &y));
     ember_tensor *logits = forward(m, x, acts);
 
     ember_tensor *dy; /* the gradient flowing into layer l's output */
@@ -511,7 +512,7 @@ static int serve_on(ember_context *ctx, ember_device dev, int act_quant, const m
 
 int main(int argc, char **argv) {
     const char *data = getenv("EMBER_DIGITS_CSV"), *save = "mlp_digits_weights.bin";
-    int quick = 0, check = 0;
+    int quick = 0, check = 0, train_cl = -1;
     if (!data)
         data = "data/digits.csv";
     for (int i = 1; i < argc; i++) {
@@ -523,8 +524,15 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--check"))
             check = 1;
+        else if (!strcmp(argv[i], "--train-on") && i + 1 < argc &&
+                 !strncmp(argv[i + 1], "opencl:", 7))
+            train_cl = atoi(argv[++i] + 7);
+        else if (!strcmp(argv[i], "--train-on") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
+            i++;
         else {
-            fprintf(stderr, "usage: %s [--data PATH] [--save PATH] [--quick] [--check]\n",
+            fprintf(stderr,
+                    "usage: %s [--data PATH] [--save PATH] [--train-on cpu|opencl:N] [--quick] "
+                    "[--check]\n",
                     argv[0]);
             return 1;
         }
@@ -553,14 +561,24 @@ int main(int argc, char **argv) {
     ember_tool_blas_coretype(argv, cpu_info.blas_core); /* may re-run this program once */
     const ember_device cpu = {EMBER_BACKEND_CPU, 0};
 
-    /* ---- train in F32 on the CPU ---- */
+    /* ---- train in F32 on tdev (the CPU unless --train-on opencl:N) ---- */
+    const ember_device tdev = train_cl < 0 ? cpu : (ember_device){EMBER_BACKEND_OPENCL, train_cl};
+    ember_device_info tinfo;
+    CHECK(ember_device_describe(ctx, tdev, &tinfo));
     model m = {{NULL}, {NULL}, 0};
     model_init(ctx, &m);
+    for (int l = 0; l < N_LAYERS && train_cl >= 0; l++) {
+        ember_tensor *w = m.w[l], *b = m.b[l];
+        CHECK(ember_to_device(w, tdev, &m.w[l]));
+        CHECK(ember_to_device(b, tdev, &m.b[l]));
+        ember_tensor_free(w);
+        ember_tensor_free(b);
+    }
     const int64_t trs[2] = {train.n, N_FEAT}, tes[2] = {test.n, N_FEAT};
     const int64_t ntr = train.n;
-    ember_tensor *x_train = tensor_f32(ctx, cpu, 2, trs, train.x), *y_train;
-    ember_tensor *x_test = tensor_f32(ctx, cpu, 2, tes, test.x);
-    CHECK(ember_tensor_from_data(ctx, cpu, EMBER_I64, 1, &ntr, train.y, &y_train));
+    ember_tensor *x_train = tensor_f32(ctx, tdev, 2, trs, train.x), *y_train;
+    ember_tensor *x_test = tensor_f32(ctx, tdev, 2, tes, test.x);
+    CHECK(ember_tensor_from_data(ctx, tdev, EMBER_I64, 1, &ntr, train.y, &y_train));
 
     const double target = quick ? 0.93 : 0.95;
     const int max_epochs = quick ? 60 : 200, batch = 32;
@@ -568,20 +586,20 @@ int main(int argc, char **argv) {
     int *order = xmalloc(sizeof(int) * (size_t)train.n);
     for (int i = 0; i < train.n; i++)
         order[i] = i;
-    float *xb = xmalloc(sizeof(float) * (size_t)batch * N_FEAT);
-    int64_t yb[32];
+    int64_t batch_rows[32];
     double acc = 0.0, t0 = now_s();
     int epoch = 0;
     while (epoch < max_epochs && acc < target) {
         shuffle(order, train.n);
         for (int s = 0; s < train.n; s += batch) {
             int nb = train.n - s < batch ? train.n - s : batch;
-            for (int i = 0; i < nb; i++) { /* ember has no gather: batches are built here */
-                memcpy(xb + (size_t)i * N_FEAT, train.x + (size_t)order[s + i] * N_FEAT,
-                       sizeof(float) * N_FEAT);
-                yb[i] = train.y[order[s + i]];
-            }
-            train_step(ctx, &m, xb, yb, nb, lr);
+            const int64_t n_rows = nb;
+            for (int i = 0; i < nb; i++)
+                batch_rows[i] = order[s + i];
+            ember_tensor *t_rows;
+            CHECK(ember_tensor_from_data(ctx, tdev, EMBER_I64, 1, &n_rows, batch_rows, &t_rows));
+            train_step(&m, x_train, y_train, t_rows, lr);
+            ember_tensor_free(t_rows);
         }
         epoch++;
         acc = evaluate(&m, x_test, &test);
@@ -590,11 +608,24 @@ int main(int argc, char **argv) {
                    (double)mean_loss(&m, x_train, y_train), 100.0 * acc);
     }
     const double train_s = now_s() - t0;
-    printf("trained %d epochs in %.2f s (SGD, lr %.3g, batch %d): test accuracy %.2f%%\n", epoch,
-           train_s, (double)lr, batch, 100.0 * acc);
+    printf("trained on %s:%d (%s) for %d epochs in %.2f s (SGD, lr %.3g, batch %d): test "
+           "accuracy %.2f%%\n",
+           ember_backend_name(tdev.backend), tdev.index, tinfo.name, epoch, train_s, (double)lr,
+           batch, 100.0 * acc);
     const double float_acc = acc;
     free(order);
-    free(xb);
+    if (train_cl >= 0) { /* the rest starts from the trained weights on the CPU */
+        for (int l = 0; l < N_LAYERS; l++) {
+            ember_tensor *w = m.w[l], *b = m.b[l];
+            CHECK(ember_to_device(w, cpu, &m.w[l]));
+            CHECK(ember_to_device(b, cpu, &m.b[l]));
+            ember_tensor_free(w);
+            ember_tensor_free(b);
+        }
+        ember_tensor *xt = x_test;
+        CHECK(ember_to_device(xt, cpu, &x_test));
+        ember_tensor_free(xt);
+    }
 
     /* ---- quantize and serve on every device, in both modes ---- */
     scheme_def schemes[N_SCHEMES];
