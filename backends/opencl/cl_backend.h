@@ -159,19 +159,9 @@ ember_status ember__cl_quantize(void *state, int dev, const ember_tensor *x,
                                 const ember_tensor *scales, ember_tensor *q);
 ember_status ember__cl_dequantize(void *state, int dev, const ember_tensor *q, ember_tensor *out);
 
-/* The host half of quantization, exactly as the CPU backend does it (quant/ is the reference):
- * from the raw f32 scale of every block (scale = 2*alpha/(b-a) for MinMax, or the caller's static
- * scales), the guarded, dtype-rounded scales: stored[] gets n scales of the scheme's scale dtype
- * (little-endian), *global the two-level global scale (1.0f otherwise), eff[] the effective f32
- * scale of every block (g * decode(stored) for two-level, decode(stored) otherwise). */
-void ember__cl_scales_finish(const ember_qscheme *s, const float *raw, size_t n, uint8_t *stored,
-                             float *global, float *eff);
-/* scale dtype facts: bytes per scale; round s up to dtype (spec §4.3); encode an f32 that the
- * dtype represents exactly; decode. */
-size_t ember__cl_scale_size(ember_scale_dtype d);
-float ember__cl_scale_round_up(float s, ember_scale_dtype d);
-void ember__cl_scale_encode(float s, ember_scale_dtype d, uint8_t *dst);
-float ember__cl_scale_decode(const uint8_t *src, ember_scale_dtype d);
+/* The host half of quantization (the few block scales: rounding up to the scale dtype, the zero
+ * guard, two-level normalisation) is quant/'s own code (ember__qscales_finish), so the stored
+ * scales are the CPU backend's by construction; only per-element work runs on the device. */
 
 /* ---- int8 matmul (cl_qmatmul.c) ---- */
 /* One int8 GEMM for a path: out_i = (float)(A_i @ B_i, exact int32) * scale[0], i < batch.

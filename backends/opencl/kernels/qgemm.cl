@@ -2,11 +2,13 @@
  *
  *   for i in [0, batch):  out_i[r, c] = (float)(sum_k A_i[r, k] * B_i[k, c]) * scale[0]
  *
- * The epilogue is the CPU backend's, operation for operation, so that per-tensor results are
- * bit-identical on every backend: the int32 sum is exact (no saturation; |sum| < 2^31 for
- * k < 2^17), converted to f32 rounding to nearest even, then multiplied once by scale[0] = sa * sb
- * (the two effective per-tensor scales multiplied first, in f32; kernel q_scale_prod in
- * quant.cl). FP_CONTRACT is off. In C: out = (float)acc * (sa * sb).
+ * The epilogue is the CPU backend's (backends/cpu/qgemm.c: acc = 0.0f; acc += sa * sb * (float)dot),
+ * operation for operation, so that per-tensor results are bit-identical on every backend: the
+ * int32 sum is exact (no saturation; |sum| < 2^31 for k < 2^17), converted to f32 rounding to
+ * nearest even, multiplied once by scale[0] = sa * sb (the two effective per-tensor scales
+ * multiplied first, in f32; kernel q_scale_prod in quant.cl), then added to +0.0f (which turns
+ * an underflowed -0 into +0, as the CPU's accumulator does). FP_CONTRACT is off.
+ * In C: out = 0.0f + (sa * sb) * (float)acc.
  *
  * Layout: A_i is int8 [m, k] at byte a_off[i] of A, element (r, c) at byte r*lda + c (TRANS_A:
  * stored [k, m], at c*lda + r); B_i is int8 [k, n] at byte b_off[i] of B, (r, c) at r*ldb + c
@@ -123,7 +125,7 @@ qgemm_i8(const int trans_a, const int trans_b, const long m, const long n, const
         for (int c = 0; c < WN; c++) {
             const long col = col0 + tx + c * LX;
             if (col < n)
-                out[row * n + col] = convert_float_rte(acc[r][c]) * s;
+                out[row * n + col] = 0.0f + s * convert_float_rte(acc[r][c]);
         }
     }
 }
