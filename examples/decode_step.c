@@ -5,8 +5,8 @@
  *
  * Modes: "F x Q" is burn's semantics (float activations times quantized weights: the result of
  * dequantize-then-matmul); "W8A8" quantizes each matmul's activation row to Q8S on the fly
- * (ember_quantize, one scale per row) so that q_matmul runs Q x Q, on the integer kernels where
- * the device has them. The last column is the step's error against an F32 step on the CPU:
+ * (ember_quantize, per-tensor) so that q_matmul runs Q x Q, on the integer kernels where the
+ * device has them. The last column is the step's error against an F32 step on the CPU:
  * max |y - y_f32| / max |y_f32|.
  *
  * usage: decode_step [--reps N] [--quick] [--cpu-only]
@@ -68,13 +68,13 @@ static void fill_uniform(float *p, size_t n, double lim) {
     rng_state = x;
 }
 
-/* y = x @ w, with x quantized first (Q8S, one scale per row) when act_quant is set. */
+/* y = x @ w, with x quantized first (Q8S per-tensor: for one row the same numbers as per-row,
+ * and the operand form every integer q_matmul path takes) when act_quant is set. */
 static ember_tensor *matmul(const ember_tensor *x, const ember_tensor *w, int act_quant) {
     ember_tensor *y, *xq = NULL;
     if (act_quant) {
-        const int64_t blk[2] = {1, ember_tensor_dim(x, 1)};
-        const ember_qscheme rows = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk);
-        CHECK(ember_quantize(x, &rows, &xq));
+        const ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        CHECK(ember_quantize(x, &q8, &xq));
     }
     CHECK(ember_linear(xq ? xq : x, w, NULL, &y));
     ember_tensor_free(xq);

@@ -9,7 +9,7 @@
  *     blocks run along d_in, the K axis of x @ W) and serve the test set through ember_linear with
  *     quantized weights on the CPU and on every OpenCL device, both in burn's mode (float
  *     activations times quantized weights, F x Q: the result of dequantize-then-matmul) and with
- *     the activations quantized too (W8A8: each layer's input quantized to Q8S per row on the
+ *     the activations quantized too (W8A8: each layer's input quantized to Q8S per-tensor on the
  *     fly, so q_matmul runs Q x Q, the integer kernels where the device has them). Print one
  *     table: accuracy, agreement with the float model's predictions, bytes, time per batch.
  *  4. Save the quantized weights in burn's QuantizedBytes layout, load them back and check that
@@ -134,7 +134,7 @@ static void take(const dataset *all, const int *idx, int n, dataset *out) {
 /* Weights W[l] are [d_in, d_out] (burn's layout: y = x @ W + b); float or quantized. */
 typedef struct model {
     ember_tensor *w[N_LAYERS], *b[N_LAYERS];
-    int act_quant; /* W8A8: quantize each layer's input (Q8S, one scale per row) */
+    int act_quant; /* W8A8: quantize each layer's input (Q8S per-tensor, on the fly) */
 } model;
 
 static void model_free(model *m) {
@@ -177,11 +177,10 @@ static ember_tensor *forward(const model *m, const ember_tensor *x, ember_tensor
     for (int l = 0; l < N_LAYERS; l++) {
         ember_tensor *h;
         if (m->act_quant) {
-            /* one scale per row: a block of [1, d_in] (burn's per-block scheme) */
-            const int64_t blk[2] = {1, DIMS[l]};
-            const ember_qscheme rows = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk);
+            /* dynamic per-tensor Q8S: the operand form every integer q_matmul path takes */
+            const ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
             ember_tensor *xq;
-            CHECK(ember_quantize(in, &rows, &xq));
+            CHECK(ember_quantize(in, &q8, &xq));
             CHECK(ember_linear(xq, m->w[l], m->b[l], &h));
             ember_tensor_free(xq);
         } else {
