@@ -22,8 +22,8 @@ static ember_status check_f32(const char *op, const char *what, const ember_tens
     EMBER_FAIL_IF(t->dtype == EMBER_QFLOAT, EMBER_ERR_DTYPE_MISMATCH,
                   "%s: the %s is quantized (QFloat); %s takes F32 (dequantize it first)", op, what,
                   op);
-    EMBER_FAIL_IF(t->dtype != EMBER_F32, EMBER_ERR_DTYPE_MISMATCH,
-                  "%s: the %s is %s; %s takes F32", op, what, ember_dtype_name(t->dtype), op);
+    EMBER_FAIL_IF(t->dtype != EMBER_F32, EMBER_ERR_DTYPE_MISMATCH, "%s: the %s is %s; %s takes F32",
+                  op, what, ember_dtype_name(t->dtype), op);
     return EMBER_OK;
 }
 
@@ -101,8 +101,8 @@ static void host_kernel(const host_job *j, void *const *in, void *const *out) {
         ember__nn_argmax(in[0], j->outer, j->n, j->inner, out[0]);
         break;
     default: /* HOST_SELECT */
-        ember__nn_select(in[0], in[1], j->in[1]->dtype, j->outer, j->n,
-                         (int64_t)j->in[1]->numel, j->inner_bytes, out[0]);
+        ember__nn_select(in[0], in[1], j->in[1]->dtype, j->outer, j->n, (int64_t)j->in[1]->numel,
+                         j->inner_bytes, out[0]);
         break;
     }
 }
@@ -185,8 +185,7 @@ ember_status ember_relu(const ember_tensor *x, ember_tensor **out) {
     return finish(st, y, out);
 }
 
-ember_status ember_relu_backward(const ember_tensor *y, const ember_tensor *dy,
-                                           ember_tensor **dx) {
+ember_status ember_relu_backward(const ember_tensor *y, const ember_tensor *dy, ember_tensor **dx) {
     static const char op[] = "relu_backward";
     EMBER_FAIL_IF(!dx, EMBER_ERR_INVALID_ARGUMENT, "%s: dx is NULL", op);
     *dx = NULL;
@@ -225,8 +224,8 @@ ember_status ember_softmax(const ember_tensor *x, ember_tensor **out) {
     if (nn && nn->softmax_f32) {
         st = nn->softmax_f32(state_of(x), x->device.index, x, rows, cols, y);
     } else {
-        host_job j = {.kind = HOST_SOFTMAX, .in = {x, NULL}, .out = {y, NULL}, .rows = rows,
-                      .cols = cols};
+        host_job j = {
+            .kind = HOST_SOFTMAX, .in = {x, NULL}, .out = {y, NULL}, .rows = rows, .cols = cols};
         st = run_host("softmax", &j);
     }
     return finish(st, y, out);
@@ -255,8 +254,8 @@ static ember_status check_index_range(const char *op, const char *what, const em
     }
     int64_t bad_at = -1, bad = 0;
     for (int64_t r = 0; r < (int64_t)idx->numel && bad_at < 0; r++) {
-        int64_t t = idx->dtype == EMBER_I64 ? ((const int64_t *)host)[r]
-                                            : ((const int32_t *)host)[r];
+        int64_t t =
+            idx->dtype == EMBER_I64 ? ((const int64_t *)host)[r] : ((const int32_t *)host)[r];
         if (t < 0 || t >= limit) {
             bad_at = r;
             bad = t;
@@ -271,8 +270,7 @@ static ember_status check_index_range(const char *op, const char *what, const em
 
 /* The checks shared by the loss and its gradient; rows and cols of the [rows, cols] view. */
 static ember_status check_cross_entropy(const char *op, const ember_tensor *logits,
-                                        const ember_tensor *targets, int64_t *rows,
-                                        int64_t *cols) {
+                                        const ember_tensor *targets, int64_t *rows, int64_t *cols) {
     char sa[200], sb[200];
     EMBER_TRY(check_f32(op, "logits", logits));
     EMBER_TRY(ember__check_tensor(targets, "cross_entropy targets"));
@@ -304,13 +302,16 @@ static ember_status run_cross_entropy(const char *op, const ember_tensor *logits
     if (nn && nn->cross_entropy_f32)
         return nn->cross_entropy_f32(state_of(logits), logits->device.index, logits, targets, rows,
                                      cols, loss, dlogits);
-    host_job j = {.kind = HOST_CE, .in = {logits, targets}, .out = {loss, dlogits}, .rows = rows,
+    host_job j = {.kind = HOST_CE,
+                  .in = {logits, targets},
+                  .out = {loss, dlogits},
+                  .rows = rows,
                   .cols = cols};
     return run_host(op, &j);
 }
 
 ember_status ember_cross_entropy(const ember_tensor *logits, const ember_tensor *targets,
-                                           ember_tensor **loss) {
+                                 ember_tensor **loss) {
     static const char op[] = "cross_entropy";
     EMBER_FAIL_IF(!loss, EMBER_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
     *loss = NULL;
@@ -323,9 +324,8 @@ ember_status ember_cross_entropy(const ember_tensor *logits, const ember_tensor 
     return finish(run_cross_entropy(op, logits, targets, rows, cols, l, NULL), l, loss);
 }
 
-ember_status ember_cross_entropy_backward(const ember_tensor *logits,
-                                                    const ember_tensor *targets,
-                                                    ember_tensor **dlogits) {
+ember_status ember_cross_entropy_backward(const ember_tensor *logits, const ember_tensor *targets,
+                                          ember_tensor **dlogits) {
     static const char op[] = "cross_entropy_backward";
     EMBER_FAIL_IF(!dlogits, EMBER_ERR_INVALID_ARGUMENT, "%s: dlogits is NULL", op);
     *dlogits = NULL;
@@ -359,7 +359,7 @@ static ember_status run_axpy(const char *op, float alpha, const ember_tensor *x,
 }
 
 ember_status ember_axpy(float alpha, const ember_tensor *x, const ember_tensor *y,
-                                  ember_tensor **out) {
+                        ember_tensor **out) {
     EMBER_FAIL_IF(!out, EMBER_ERR_INVALID_ARGUMENT, "axpy: out is NULL");
     *out = NULL;
     ember_autodiff ad;
@@ -419,8 +419,12 @@ ember_status ember_argmax(const ember_tensor *x, int axis, ember_tensor **out) {
     if (nn && nn->argmax_f32) {
         st = nn->argmax_f32(state_of(x), x->device.index, x, outer, x->shape[axis], inner, o);
     } else {
-        host_job j = {.kind = HOST_ARGMAX, .in = {x, NULL}, .out = {o, NULL}, .outer = outer,
-                      .n = x->shape[axis], .inner = inner};
+        host_job j = {.kind = HOST_ARGMAX,
+                      .in = {x, NULL},
+                      .out = {o, NULL},
+                      .outer = outer,
+                      .n = x->shape[axis],
+                      .inner = inner};
         st = run_host("argmax", &j);
     }
     return finish(st, o, out);
@@ -467,8 +471,12 @@ ember_status ember_select(const ember_tensor *x, int axis, const ember_tensor *i
         st = nn->select(state_of(x), x->device.index, x, indices, outer, x->shape[axis],
                         inner_bytes, o);
     } else {
-        host_job j = {.kind = HOST_SELECT, .in = {x, indices}, .out = {o, NULL}, .outer = outer,
-                      .n = x->shape[axis], .inner_bytes = inner_bytes};
+        host_job j = {.kind = HOST_SELECT,
+                      .in = {x, indices},
+                      .out = {o, NULL},
+                      .outer = outer,
+                      .n = x->shape[axis],
+                      .inner_bytes = inner_bytes};
         st = run_host(op, &j);
     }
     return finish(st, o, out);

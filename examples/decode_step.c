@@ -164,8 +164,8 @@ int main(int argc, char **argv) {
         ember_device_info info;
         CHECK(ember_device_describe(ctx, dev, &info));
         char devname[128];
-        snprintf(devname, sizeof devname, "%s:%d %.60s", ember_backend_name(dev.backend),
-                 dev.index, info.name);
+        snprintf(devname, sizeof devname, "%s:%d %.60s", ember_backend_name(dev.backend), dev.index,
+                 info.name);
         ember_tensor *tx, *tu, *td;
         CHECK(ember_tensor_from_data(ctx, dev, EMBER_F32, 2, xs, x, &tx));
         CHECK(ember_tensor_from_data(ctx, dev, EMBER_F32, 2, us, w_up, &tu));
@@ -197,9 +197,8 @@ int main(int argc, char **argv) {
                 qsort(t, (size_t)reps, sizeof t[0], cmp_double);
                 const double med = t[reps / 2];
                 printf("%-17s %-6s %-44.44s %11.1f %10.3f %9.1f %9.1f %10.2e\n", fmts[f].name,
-                       fmts[f].quantized ? mode_name[mode] : "F x F", devname,
-                       (double)bytes / 1e6, 1e3 * med, 1.0 / med, (double)bytes / med / 1e9,
-                       rel_err(y, y_ref));
+                       fmts[f].quantized ? mode_name[mode] : "F x F", devname, (double)bytes / 1e6,
+                       1e3 * med, 1.0 / med, (double)bytes / med / 1e9, rel_err(y, y_ref));
                 fflush(stdout);
             }
             if (fmts[f].quantized) {

@@ -650,12 +650,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_rows; i++) {
         const row *r = &rows[i];
         printf("%-17s %-6s %-40.40s %8.2f%% %+6.2f %6.1f%% %10zu %9.3f %9.2f %s\n", r->scheme,
-               r->mode, r->device, 100.0 * r->acc, 100.0 * (r->acc - float_acc),
-               100.0 * r->agree, r->bytes, r->ms,
-               1e3 * r->ms / test.n, r->same_bytes < 0 ? "-" : r->same_bytes ? "yes" : "NO");
+               r->mode, r->device, 100.0 * r->acc, 100.0 * (r->acc - float_acc), 100.0 * r->agree,
+               r->bytes, r->ms, 1e3 * r->ms / test.n,
+               r->same_bytes < 0 ? "-"
+               : r->same_bytes   ? "yes"
+                                 : "NO");
     }
-    printf("(batch = the %d test images; biases stay F32: %d bytes; median of %d rounds)\n",
-           test.n, (int)(sizeof(float) * (128 + 64 + 10)), reps);
+    printf("(batch = the %d test images; biases stay F32: %d bytes; median of %d rounds)\n", test.n,
+           (int)(sizeof(float) * (128 + 64 + 10)), reps);
 
     /* ---- save the Q4S model in burn's QuantizedBytes, load it back, compare ---- */
     model q4 = {{NULL}, {NULL}, 0}, back = {{NULL}, {NULL}, 0};

@@ -345,7 +345,8 @@ static void test_axpy_values(void) {
     free(y);
 }
 
-/* An in-place update makes a backend's cached copy of y (its kernel layout) stale: it is dropped. */
+/* An in-place update makes a backend's cached copy of y (its kernel layout) stale: it is dropped.
+ */
 static int released;
 static void fake_release(void *state, void *data) {
     (void)state;
@@ -410,9 +411,9 @@ static void test_argmax_values(void) {
 
 static void test_argmax_ties_and_nan(void) {
     const int64_t shape[2] = {4, 4};
-    const float x[16] = {1, 3, 3, 2,               /* tie: the first wins */
-                         NAN, 5, NAN, 1,           /* NaN is the largest, the first one */
-                         -1, NAN, 9, 9,            /* a NaN after a number */
+    const float x[16] = {1,         3,         3,         2, /* tie: the first wins */
+                         NAN,       5,         NAN,       1, /* NaN is the largest, the first one */
+                         -1,        NAN,       9,         9, /* a NaN after a number */
                          -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     const int64_t want[4] = {1, 0, 1, 0};
     FOR_EACH_PATH(level) {
@@ -503,8 +504,7 @@ static void test_select_edge_and_guards(void) {
     TU_ASSERT_STATUS(ember_select(NULL, 0, tg, &o), EMBER_ERR_MISUSE, "select input");
     CU_ASSERT_PTR_NULL(o);
     TU_ASSERT_STATUS(ember_select(tx, 0, NULL, &o), EMBER_ERR_MISUSE, "select indices");
-    TU_ASSERT_STATUS(ember_select(tx, 0, tf, &o), EMBER_ERR_DTYPE_MISMATCH,
-                     "the indices are F32");
+    TU_ASSERT_STATUS(ember_select(tx, 0, tf, &o), EMBER_ERR_DTYPE_MISMATCH, "the indices are F32");
     TU_ASSERT_STATUS(ember_select(tx, 2, tg, &o), EMBER_ERR_INVALID_ARGUMENT,
                      "axis 2 is outside 0..1");
     TU_ASSERT_STATUS(ember_select(tx, 0, t2, &o), EMBER_ERR_SHAPE_MISMATCH, "rank-1");
@@ -704,7 +704,8 @@ static void test_guards_targets(void) {
     tu_rand_f32(&rng, x, 12, -1.0f, 1.0f);
     const int64_t neg[3] = {0, -1, 2}, big[3] = {0, 1, 4};
     const int32_t big32[3] = {3, 3, 7};
-    ember_tensor *l = mkf(2, ls, x), *tn = mk(EMBER_I64, 1, ts, neg), *tb = mk(EMBER_I64, 1, ts, big);
+    ember_tensor *l = mkf(2, ls, x), *tn = mk(EMBER_I64, 1, ts, neg),
+                 *tb = mk(EMBER_I64, 1, ts, big);
     ember_tensor *tb32 = mk(EMBER_I32, 1, ts, big32), *o = NULL;
     FOR_EACH_PATH(level) {
         ember__nn_force_fallback = level;
@@ -720,8 +721,7 @@ static void test_guards_targets(void) {
     }
     ember__nn_force_fallback = 0;
     ember_tensor *el = mkf(2, es, x), *et = mk(EMBER_I64, 1, ets, neg);
-    TU_ASSERT_STATUS(ember_cross_entropy(el, et, &o), EMBER_ERR_INVALID_ARGUMENT,
-                     "hold no rows");
+    TU_ASSERT_STATUS(ember_cross_entropy(el, et, &o), EMBER_ERR_INVALID_ARGUMENT, "hold no rows");
     assert_holds(l, x, sizeof x);
     assert_holds(tn, neg, sizeof neg);
     ember_tensor *all[] = {l, tn, tb, tb32, el, et};
@@ -860,8 +860,9 @@ static void test_other_devices(void) {
             char hb[90 * 8], db[90 * 8];
             TU_OK(ember_tensor_read(hr, hb, bytes));
             TU_OK(ember_tensor_read(dr, db, bytes));
-            CU_ASSERT_EQUAL(memcmp(hb, db, (size_t)ember_tensor_numel(hr) *
-                                               (ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4)),
+            CU_ASSERT_EQUAL(memcmp(hb, db,
+                                   (size_t)ember_tensor_numel(hr) *
+                                       (ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4)),
                             0);
             ember_tensor_free(ho);
             ember_tensor_free(dout);

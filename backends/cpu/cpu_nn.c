@@ -95,8 +95,8 @@ void ember__nn_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, i
     }
 }
 
-void ember__nn_select(const void *x, const void *indices, ember_dtype idt, int64_t outer,
-                      int64_t n, int64_t n_idx, size_t inner_bytes, void *out) {
+void ember__nn_select(const void *x, const void *indices, ember_dtype idt, int64_t outer, int64_t n,
+                      int64_t n_idx, size_t inner_bytes, void *out) {
     const unsigned char *src = x;
     unsigned char *dst = out;
     for (int64_t o = 0; o < outer; o++)
