@@ -6,7 +6,9 @@
  * Modes: "F x Q" is burn's semantics (float activations times quantized weights: the result of
  * dequantize-then-matmul); "W8A8" quantizes each matmul's activation row to Q8S on the fly
  * (ember_quantize, per-tensor) so that q_matmul runs Q x Q, on the integer kernels where the
- * device has them. The last column is the step's error against an F32 step on the CPU:
+ * device has them; "dynA8" runs F x Q in a context with ember_options.dynamic_activation_quant
+ * (the backend quantizes the activation rows itself, where it implements the option). The last
+ * column is the step's error against an F32 step on the CPU:
  * max |y - y_f32| / max |y_f32|.
  *
  * usage: decode_step [--reps N] [--quick] [--cpu-only]
@@ -150,7 +152,14 @@ int main(int argc, char **argv) {
     fill_uniform(w_down, n_up, sqrt(3.0 / D_FF));
     const int64_t xs[2] = {1, D_MODEL}, us[2] = {D_MODEL, D_FF}, ds[2] = {D_FF, D_MODEL};
 
-    const char *mode_name[2] = {"F x Q", "W8A8"};
+    /* mode 2 runs F x Q in a second context made with ember_options.dynamic_activation_quant:
+     * a backend that honours it quantizes the activation rows itself (per row) and keeps the
+     * weights pre-packed; one that does not runs burn's F x Q path, as mode 0 */
+    const char *mode_name[3] = {"F x Q", "W8A8", "dynA8"};
+    ember_context *ctx_dyn;
+    ember_options o = ember_options_default();
+    o.dynamic_activation_quant = 1;
+    CHECK(ember_context_create(&o, &ctx_dyn));
     const ember_device cpu = {EMBER_BACKEND_CPU, 0};
     const int n_cl = cpu_only ? 0 : ember_device_count(ctx, EMBER_BACKEND_OPENCL);
 
@@ -166,52 +175,58 @@ int main(int argc, char **argv) {
         char devname[128];
         snprintf(devname, sizeof devname, "%s:%d %.60s", ember_backend_name(dev.backend), dev.index,
                  info.name);
-        ember_tensor *tx, *tu, *td;
-        CHECK(ember_tensor_from_data(ctx, dev, EMBER_F32, 2, xs, x, &tx));
-        CHECK(ember_tensor_from_data(ctx, dev, EMBER_F32, 2, us, w_up, &tu));
-        CHECK(ember_tensor_from_data(ctx, dev, EMBER_F32, 2, ds, w_down, &td));
-        for (int f = 0; f < n_fmts; f++) {
-            ember_tensor *qu = tu, *qd = td;
-            size_t bytes = 2 * n_up * sizeof(float);
-            if (fmts[f].quantized) { /* quantized on the device itself */
-                size_t lu, ld;
-                CHECK(ember_quantize(tu, &fmts[f].s, &qu));
-                CHECK(ember_quantize(td, &fmts[f].s, &qd));
-                CHECK(ember_qtensor_to_bytes(qu, NULL, 0, &lu));
-                CHECK(ember_qtensor_to_bytes(qd, NULL, 0, &ld));
-                bytes = lu + ld;
-            }
-            /* F32 weights run F x F only: no activation quantization without quantized weights */
-            for (int mode = 0; mode < (fmts[f].quantized ? 2 : 1); mode++) {
-                double t[MAX_REPS];
-                step(tx, qu, qd, mode, y); /* warm-up: kernels built, weights packed */
-                if (!have_ref) {           /* the first row is F32 on the CPU: the reference */
-                    memcpy(y_ref, y, sizeof y);
-                    have_ref = 1;
+        for (int ci = 0; ci < 2; ci++) {
+            ember_context *c = ci ? ctx_dyn : ctx;
+            ember_tensor *tx, *tu, *td;
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, xs, x, &tx));
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, us, w_up, &tu));
+            CHECK(ember_tensor_from_data(c, dev, EMBER_F32, 2, ds, w_down, &td));
+            for (int f = ci; f < n_fmts; f++) { /* F32 weights: F x F, once */
+                ember_tensor *qu = tu, *qd = td;
+                size_t bytes = 2 * n_up * sizeof(float);
+                if (fmts[f].quantized) { /* quantized on the device itself */
+                    size_t lu, ld;
+                    CHECK(ember_quantize(tu, &fmts[f].s, &qu));
+                    CHECK(ember_quantize(td, &fmts[f].s, &qd));
+                    CHECK(ember_qtensor_to_bytes(qu, NULL, 0, &lu));
+                    CHECK(ember_qtensor_to_bytes(qd, NULL, 0, &ld));
+                    bytes = lu + ld;
                 }
-                for (int r = 0; r < reps; r++) {
-                    double t0 = now_s();
-                    step(tx, qu, qd, mode, y);
-                    t[r] = now_s() - t0;
+                /* ctx: F x Q and W8A8 (F32 weights: F x F only); ctx_dyn: dynA8 */
+                const int first = ci ? 2 : 0, last = ci ? 2 : fmts[f].quantized ? 1 : 0;
+                for (int mode = first; mode <= last; mode++) {
+                    double t[MAX_REPS];
+                    step(tx, qu, qd, mode == 1, y); /* warm-up: kernels built, weights packed */
+                    if (!have_ref) { /* the first row is F32 on the CPU: the reference */
+                        memcpy(y_ref, y, sizeof y);
+                        have_ref = 1;
+                    }
+                    for (int r = 0; r < reps; r++) {
+                        double t0 = now_s();
+                        step(tx, qu, qd, mode == 1, y);
+                        t[r] = now_s() - t0;
+                    }
+                    qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+                    const double med = t[reps / 2];
+                    printf("%-17s %-6s %-44.44s %11.1f %10.3f %9.1f %9.1f %10.2e\n", fmts[f].name,
+                           fmts[f].quantized ? mode_name[mode] : "F x F", devname,
+                           (double)bytes / 1e6, 1e3 * med, 1.0 / med, (double)bytes / med / 1e9,
+                           rel_err(y, y_ref));
+                    fflush(stdout);
                 }
-                qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-                const double med = t[reps / 2];
-                printf("%-17s %-6s %-44.44s %11.1f %10.3f %9.1f %9.1f %10.2e\n", fmts[f].name,
-                       fmts[f].quantized ? mode_name[mode] : "F x F", devname, (double)bytes / 1e6,
-                       1e3 * med, 1.0 / med, (double)bytes / med / 1e9, rel_err(y, y_ref));
-                fflush(stdout);
+                if (fmts[f].quantized) {
+                    ember_tensor_free(qu);
+                    ember_tensor_free(qd);
+                }
             }
-            if (fmts[f].quantized) {
-                ember_tensor_free(qu);
-                ember_tensor_free(qd);
-            }
+            ember_tensor_free(tx);
+            ember_tensor_free(tu);
+            ember_tensor_free(td);
         }
-        ember_tensor_free(tx);
-        ember_tensor_free(tu);
-        ember_tensor_free(td);
     }
     printf("\n(tokens/s counts this one MLP block per token; GB/s is the weight bytes per step "
            "divided by the step time)\n");
+    ember_context_destroy(ctx_dyn);
     ember_context_destroy(ctx);
     free(w_up);
     free(w_down);
