@@ -498,6 +498,17 @@ static void test_select_edge_and_guards(void) {
     CU_ASSERT_EQUAL(ember_tensor_dim(o, 0), 0);
     CU_ASSERT_EQUAL(ember_tensor_dim(o, 1), 4);
     ember_tensor_free(o);
+    const int64_t s30[2] = {3, 0};
+    ember_tensor *ez = mkf(2, s30, x); /* empty slices: a [2, 0] result */
+    FOR_EACH_PATH(level) {
+        ember__nn_force_fallback = level;
+        TU_OK(ember_select(ez, 0, tg, &o));
+        CU_ASSERT_EQUAL(ember_tensor_dim(o, 0), 2);
+        CU_ASSERT_EQUAL(ember_tensor_numel(o), 0);
+        ember_tensor_free(o);
+    }
+    ember__nn_force_fallback = 0;
+    ember_tensor_free(ez);
 
     TU_ASSERT_STATUS(ember_select(tx, 0, tg, NULL), EMBER_ERR_INVALID_ARGUMENT, "out is NULL");
     o = (ember_tensor *)&o;

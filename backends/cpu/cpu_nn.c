@@ -99,6 +99,8 @@ void ember__nn_select(const void *x, const void *indices, ember_dtype idt, int64
                       int64_t n_idx, size_t inner_bytes, void *out) {
     const unsigned char *src = x;
     unsigned char *dst = out;
+    if (inner_bytes == 0)
+        return; /* empty slices: nothing to copy */
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < n_idx; i++, dst += inner_bytes) {
             int64_t k = target_at(indices, idt, i);
