@@ -7,6 +7,7 @@
 #include "../../dispatch/nn.h"
 #include "cpu_backend.h"
 #include "cpu_quant.h"
+#include "qgemm.h"
 
 static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void **state) {
     ember__cpu_state *s = ember__calloc(1, sizeof *s);
@@ -15,12 +16,20 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
     snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
-    snprintf(s->int8_path, sizeof s->int8_path, "cpu.scalar");
+    ember_status st = ember__cpu_pool_start(s);
+    if (st != EMBER_OK) {
+        ember__free(s);
+        return st;
+    }
+    snprintf(s->int8_path, sizeof s->int8_path, "cpu.%s", ember__qtier_name(ember__cpu_tier(s)));
     *state = s;
     return EMBER_OK;
 }
 
-static void cpu_shutdown(void *state) { ember__free(state); }
+static void cpu_shutdown(void *state) {
+    ember__cpu_pool_stop(state);
+    ember__free(state);
+}
 
 static int cpu_device_count(void *state) {
     (void)state;
@@ -134,4 +143,5 @@ const ember_backend_ops ember__cpu_ops = {
     .convert = ember__cpu_convert,
     .quantize = ember__cpu_quantize,
     .dequantize = ember__cpu_dequantize,
+    .q_matmul = ember__cpu_q_matmul, /* backends/cpu/cpu_qmatmul.c */
 };

@@ -335,8 +335,15 @@ ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t 
                             const void *data, cl_mem *out) {
     cl_int err = CL_SUCCESS;
     cl_mem m = clCreateBuffer(s->dev[dev].ctx, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (!m || err != CL_SUCCESS)
+    if (!m || err != CL_SUCCESS) {
+        /* as buffer_alloc: the device's out-of-memory codes are OUT_OF_MEMORY for the caller */
+        if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+            err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE)
+            return ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, op, __LINE__,
+                               "%s: clCreateBuffer of %zu bytes (scratch) failed on opencl:%d: %s (%d)",
+                               op, bytes ? bytes : 1, dev, ember__cl_error_name(err), (int)err);
         return ember__cl_fail(op, "clCreateBuffer", dev, err);
+    }
     if (data && bytes) {
         err = clEnqueueWriteBuffer(s->dev[dev].queue, m, CL_TRUE, 0, bytes, data, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
