@@ -1,8 +1,8 @@
 /* bench/bench_matmul.c: matmul throughput, ember against the libraries it is measured by.
  *
  * For each shape every available "provider" (one kernel path) runs once to warm up, then all of
- * them run in turn, round after round, in alternating order (interleaved, so that a noisy
- * neighbour or a clock change hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
+ * them run in turn, round after round (interleaved, so that a noisy neighbour or a clock change
+ * hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
  * call), and the largest error on sampled outputs against a float64 product of the same f32
  * inputs. The first provider of the table, the direct cblas_sgemm call, is the reference: the
  * table's vs_ref column is each row's GOPS over it.
@@ -137,6 +137,189 @@ static void ember_f32_teardown(void *state) {
     free(s);
 }
 
+
+/* ---- int8: ember's q_matmul on the CPU (issue 5) and oneDNN's s8 matmul ----
+ * The operands are the same f32 inputs quantized in setup (untimed), so max_abs_err includes the
+ * quantization error. ember rows go through the public API (ember_q_matmul: dispatcher, vtable
+ * entry, kernels, the output tensor allocated per call):
+ *   int8.q8s          Q8S x Q8S per-tensor, B packed once (the pack cache filled by the warm-up)
+ *   int8.q8s_first    the same with B's pack cache dropped after every call: each call packs B
+ *   int8.q4s_b32      Q8S activations x Q4S weights (PackedU32, blocks of 32 along K, F16 scales)
+ *   onednn.s8_reorder oneDNN s8 x s8 -> s32 with B reordered once (then scaled, untimed)
+ *   onednn.s8_plain   the same on plain row-major B */
+#include "dispatch/internal.h"
+#include "bench_dnnl.h"
+
+typedef struct q_state {
+    ember_tensor *qa, *qb, *c;
+    int drop_pack;
+} q_state;
+
+static int q_setup_scheme(const problem *p, void **state, bench_row *row, const ember_qscheme *sb,
+                          int drop, const char *what, const char *dtype) {
+    q_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    const int64_t sa[] = {p->m, p->k}, sbs[] = {p->k, p->n};
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *x = NULL, *w = NULL;
+    int ok = ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &x) == EMBER_OK &&
+             ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sbs, p->b, &w) == EMBER_OK &&
+             ember_quantize(x, &q8, &s->qa) == EMBER_OK && ember_quantize(w, sb, &s->qb) == EMBER_OK;
+    ember_tensor_free(x);
+    ember_tensor_free(w);
+    if (!ok) {
+        fprintf(stderr, "ember int8 setup: %s\n", ember_last_error());
+        ember_tensor_free(s->qa);
+        ember_tensor_free(s->qb);
+        free(s);
+        return -1;
+    }
+    s->drop_pack = drop;
+    ember_device_info info;
+    memset(&info, 0, sizeof info);
+    ember_device_describe(p->ctx, cpu, &info);
+    snprintf(row->backend, sizeof row->backend, "cpu");
+    snprintf(row->device, sizeof row->device, "cpu:0");
+    snprintf(row->kernel, sizeof row->kernel, "%s%s", info.int8_matmul_path, what);
+    snprintf(row->dtype, sizeof row->dtype, "%s", dtype);
+    *state = s;
+    return 1;
+}
+
+static int q8_setup(const problem *p, void **state, bench_row *row) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    return q_setup_scheme(p, state, row, &s, 0, "", "Q8S");
+}
+
+static int q8_first_setup(const problem *p, void **state, bench_row *row) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    return q_setup_scheme(p, state, row, &s, 1, " 1st", "Q8S");
+}
+
+static int q4_setup(const problem *p, void **state, bench_row *row) {
+    if (p->k % 32 != 0 || p->n % 8 != 0)
+        return 0;
+    ember_qscheme s = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2,
+                                              (const int64_t[]){32, 1});
+    s.block_scale = EMBER_SCALE_F16;
+    return q_setup_scheme(p, state, row, &s, 0, "", "Q4S/Q8S");
+}
+
+static void q_after(void *state) {
+    q_state *s = state;
+    ember_tensor_free(s->c);
+    s->c = NULL;
+    if (s->drop_pack) { /* forget B's packed copy: the next call is a first call again */
+        ember_tensor *b = s->qb;
+        pthread_mutex_lock(&b->pack.lock);
+        if (b->pack.data && b->pack.release)
+            b->pack.release(NULL, b->pack.data);
+        b->pack.data = NULL;
+        b->pack.bytes = 0;
+        b->pack.kind = 0;
+        pthread_mutex_unlock(&b->pack.lock);
+    }
+}
+
+static int q_run(void *state) {
+    q_state *s = state;
+    ember_tensor_free(s->c);
+    s->c = NULL;
+    if (ember_q_matmul(s->qa, s->qb, &s->c) != EMBER_OK) {
+        fprintf(stderr, "ember_q_matmul: %s\n", ember_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int q_result(void *state, float *dst) {
+    q_state *s = state;
+    int64_t n = ember_tensor_numel(s->c);
+    return ember_tensor_read(s->c, dst, (size_t)n * sizeof(float)) == EMBER_OK ? 0 : -1;
+}
+
+static void q_teardown(void *state) {
+    q_state *s = state;
+    ember_tensor_free(s->qa);
+    ember_tensor_free(s->qb);
+    ember_tensor_free(s->c);
+    free(s);
+}
+
+#ifdef EMBER_BENCH_HAVE_DNNL
+typedef struct dnnl_state {
+    bench_dnnl d;
+    int8_t *a, *b;
+    int32_t *c;
+    float sa, sb;
+    int64_t mn;
+} dnnl_state;
+
+static float quant_s8(const float *x, size_t n, int8_t *q) {
+    float amax = 0;
+    for (size_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    float s = amax > 0 ? amax / 127.0f : 1.0f;
+    for (size_t i = 0; i < n; i++)
+        q[i] = (int8_t)lrintf(fminf(fmaxf(x[i] / s, -127.0f), 127.0f));
+    return s;
+}
+
+static int dnnl_setup_common(const problem *p, void **state, bench_row *row, int reorder) {
+    dnnl_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    size_t na = (size_t)(p->m * p->k), nb = (size_t)(p->k * p->n);
+    s->mn = p->m * p->n;
+    s->a = malloc(na);
+    s->b = malloc(nb);
+    s->c = malloc((size_t)s->mn * sizeof(int32_t));
+    if (!s->a || !s->b || !s->c) {
+        free(s->a), free(s->b), free(s->c), free(s);
+        return -1;
+    }
+    s->sa = quant_s8(p->a, na, s->a);
+    s->sb = quant_s8(p->b, nb, s->b);
+    bench_dnnl_threads(openblas_get_num_threads());
+    if (!bench_dnnl_setup(&s->d, p->m, p->n, p->k, s->a, s->b, s->c, reorder)) {
+        bench_dnnl_free(&s->d);
+        free(s->a), free(s->b), free(s->c), free(s);
+        return 0;
+    }
+    snprintf(row->backend, sizeof row->backend, "onednn");
+    snprintf(row->device, sizeof row->device, "host");
+    snprintf(row->kernel, sizeof row->kernel, "%.30s%s", s->d.impl, reorder ? " reord" : " plain");
+    snprintf(row->dtype, sizeof row->dtype, "S8->S32");
+    *state = s;
+    return 1;
+}
+
+static int dnnl_reorder_setup(const problem *p, void **state, bench_row *row) {
+    return dnnl_setup_common(p, state, row, 1);
+}
+
+static int dnnl_plain_setup(const problem *p, void **state, bench_row *row) {
+    return dnnl_setup_common(p, state, row, 0);
+}
+
+static int dnnl_run_one(void *state) { return bench_dnnl_run(&((dnnl_state *)state)->d); }
+
+static int dnnl_result(void *state, float *dst) {
+    dnnl_state *s = state;
+    for (int64_t i = 0; i < s->mn; i++)
+        dst[i] = (float)s->c[i] * s->sa * s->sb;
+    return 0;
+}
+
+static void dnnl_teardown(void *state) {
+    dnnl_state *s = state;
+    bench_dnnl_free(&s->d);
+    free(s->a), free(s->b), free(s->c), free(s);
+}
+#endif
+
 /* ---- OpenCL: ember_matmul (F32) and ember_q_matmul (Q8S x Q8S per-tensor) on each device ----
  * One context with the OpenCL backend, opened on first use and kept to the end of the run; a
  * provider per (device index, dtype) for the first four devices (setup skips an index the machine
@@ -144,7 +327,7 @@ static void ember_f32_teardown(void *state) {
  * time is the kernel's and the output's allocation, not a download. The int8 rows quantize A and B
  * on the device in setup (untimed); their error includes the quantization error. A build without
  * the OpenCL backend has no OpenCL device: the rows are skipped. */
-#include "dispatch/internal.h" /* the backend's sync entry */
+/* (dispatch/internal.h, included above, gives the backend's sync entry) */
 
 static ember_context *cl_ctx;
 
@@ -265,12 +448,18 @@ CL_SETUP(3, 1)
     {"opencl:" #i ".f32", cl_setup_##i##_0, cl_run, cl_result, cl_after, cl_teardown},            \
         {"opencl:" #i ".int8", cl_setup_##i##_1, cl_run, cl_result, cl_after, cl_teardown},
 
-/* The reference first. Later issues append int8 (cpu.avx512_vnni, cpu.amx, onednn) and OpenCL
- * providers here. */
+/* The reference first, then ember int8 and oneDNN on the CPU, then every OpenCL device. */
 static const provider providers[] = {
     {"cblas_sgemm", blas_setup, blas_run, blas_result, NULL, blas_teardown},
     {"cpu.openblas_sgemm", ember_f32_setup, ember_f32_run, ember_f32_result, ember_f32_after,
      ember_f32_teardown},
+    {"int8.q8s", q8_setup, q_run, q_result, q_after, q_teardown},
+    {"int8.q8s_first", q8_first_setup, q_run, q_result, q_after, q_teardown},
+    {"int8.q4s_b32", q4_setup, q_run, q_result, q_after, q_teardown},
+#ifdef EMBER_BENCH_HAVE_DNNL
+    {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
+    {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
+#endif
     CL_ROWS(0) CL_ROWS(1) CL_ROWS(2) CL_ROWS(3)
 };
 #define NPROV ((int)(sizeof providers / sizeof providers[0]))
@@ -432,9 +621,7 @@ int main(int argc, char **argv) {
                 providers[q].after(state[q]);
         }
         for (int r = 0; r < reps && !failed; r++)
-            for (int qi = 0; qi < NPROV; qi++) {
-                const int q = r % 2 ? NPROV - 1 - qi : qi; /* alternate the order: no one is
-                                                              always first */
+            for (int q = 0; q < NPROV; q++) {
                 if (!ready[q])
                     continue;
                 double t0 = bench_now_ms();

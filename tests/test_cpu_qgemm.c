@@ -4,6 +4,7 @@
  * per-row / per-column, per-block along K) against a float64 reference. Tiers the machine lacks
  * are skipped (and say so). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -183,6 +184,7 @@ static void test_epilogue(void) {
     check_epilogue(s, 3, 64, 384, 128, 4, 1); /* 4-bit, block 128 */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);  /* 4-bit, block 32 */
     check_epilogue(s, 1, 100, 64, 32, 4, 1);  /* decode row */
+    check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
     ember_context_destroy(ctx);
 }
 
@@ -198,6 +200,430 @@ static void test_tiers(void) {
     CU_ASSERT_EQUAL(ember__qtier_select("bogus"), best);
 }
 
+
+
+/* the unpacked kernel of decode-sized first calls: exact int32 and the scales */
+static void test_direct(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130}, ks[] = {1, 2, 7, 64, 301};
+    int ran = 0;
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t c = 0; c < 5; c++) {
+                int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
+                int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
+                int32_t *C = malloc((size_t)(m * n) * 4);
+                float *F = malloc((size_t)(m * n) * 4), sa[16], *sb = malloc((size_t)n * 4);
+                rand_i8(A, (size_t)(m * lda), -128, 127);
+                rand_i8(B, (size_t)(k * ldb), -128, 127);
+                tu_rand_f32(&rng, sa, 16, 0.01f, 0.1f);
+                tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
+                ember_status st = ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
+                if (st == EMBER_ERR_QUANT_UNSUPPORTED) { /* no AVX-512 here */
+                    free(A), free(B), free(C), free(F), free(sb);
+                    continue;
+                }
+                TU_OK(st);
+                TU_OK(ember__qgemm_direct(s, m, n, k, A, lda, sa, B, ldb, sb, F, NULL, n));
+                int bad = 0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        int32_t ref = 0;
+                        for (int64_t kk = 0; kk < k; kk++)
+                            ref += (int32_t)A[i * lda + kk] * B[kk * ldb + j];
+                        double fr = (double)sa[i] * (double)sb[j] * (double)ref;
+                        if (ref != C[i * n + j] || fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
+                            bad = 1;
+                    }
+                if (bad)
+                    printf("\n  direct m %lld n %lld k %lld differs", (long long)m, (long long)n, (long long)k);
+                CU_ASSERT_FALSE(bad);
+                ran++;
+                free(A), free(B), free(C), free(F), free(sb);
+            }
+    if (!ran)
+        printf("\n  direct kernel: no AVX-512 on this machine, skipped");
+    ember_context_destroy(ctx);
+}
+
+/* ---------------------------------------------------------------- the vtable entry */
+
+static ember_tensor *mk_f32(ember_context *ctx, int rank, const int64_t *shape, float lo, float hi) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)shape[i];
+    float *x = malloc(n * sizeof(float));
+    tu_rand_f32(&rng, x, n, lo, hi);
+    ember_tensor *t = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, rank, shape, x, &t));
+    free(x);
+    return t;
+}
+
+static ember_tensor *mk_q(ember_context *ctx, const ember_qscheme *s, int rank, const int64_t *shape) {
+    ember_tensor *x = mk_f32(ctx, rank, shape, -2.0f, 2.0f), *q = NULL;
+    TU_OK(ember_quantize(x, s, &q));
+    ember_tensor_free(x);
+    return q;
+}
+
+/* float64 reference of matmul over the dequantized (or float) operands; batch broadcast on
+ * rank-3 / rank-2 pairs */
+static double *reference(const ember_tensor *a, const ember_tensor *b, int64_t *cells) {
+    ember_tensor *da = NULL, *db = NULL;
+    if (ember_tensor_dtype(a) == EMBER_QFLOAT)
+        TU_OK(ember_dequantize(a, &da));
+    if (ember_tensor_dtype(b) == EMBER_QFLOAT)
+        TU_OK(ember_dequantize(b, &db));
+    const ember_tensor *fa = da ? da : a, *fb = db ? db : b;
+    int ra = ember_tensor_rank(fa), rb = ember_tensor_rank(fb);
+    int64_t m = ember_tensor_dim(fa, ra - 2), k = ember_tensor_dim(fa, ra - 1);
+    int64_t n = ember_tensor_dim(fb, rb - 1);
+    int64_t ba = ra == 3 ? ember_tensor_dim(fa, 0) : 1, bb = rb == 3 ? ember_tensor_dim(fb, 0) : 1;
+    int64_t batch = ba > bb ? ba : bb;
+    float *x = malloc((size_t)ember_tensor_numel(fa) * 4), *y = malloc((size_t)ember_tensor_numel(fb) * 4);
+    TU_OK(ember_tensor_read(fa, x, (size_t)ember_tensor_numel(fa) * 4));
+    TU_OK(ember_tensor_read(fb, y, (size_t)ember_tensor_numel(fb) * 4));
+    double *r = calloc((size_t)(batch * m * n), sizeof(double));
+    for (int64_t q = 0; q < batch; q++) {
+        const float *xa = x + (ba > 1 ? q : 0) * m * k, *yb = y + (bb > 1 ? q : 0) * k * n;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    acc += (double)xa[i * k + kk] * (double)yb[kk * n + j];
+                r[(q * m + i) * n + j] = acc;
+            }
+    }
+    *cells = batch * m * n;
+    free(x);
+    free(y);
+    ember_tensor_free(da);
+    ember_tensor_free(db);
+    return r;
+}
+
+/* relative to the largest |reference| value */
+static double max_rel_err(const ember_tensor *out, const double *ref, int64_t cells) {
+    float *o = malloc((size_t)cells * 4);
+    TU_OK(ember_tensor_read(out, o, (size_t)cells * 4));
+    double big = 1e-30, worst = 0;
+    for (int64_t i = 0; i < cells; i++)
+        big = fmax(big, fabs(ref[i]));
+    for (int64_t i = 0; i < cells; i++) {
+        double e = fabs((double)o[i] - ref[i]) / big;
+        worst = isnan(e) ? INFINITY : fmax(worst, e);
+    }
+    free(o);
+    return worst;
+}
+
+static int packed(const ember_tensor *t) { return t->pack.data != NULL; }
+
+typedef struct qcase {
+    const char *name;
+    ember_qvalue av, bv;
+    ember_qstore as, bs;
+    int ablock_rank, bblock_rank;
+    int64_t ablock[2], bblock[2];
+    int64_t m, k, n;
+    int integer; /* 1: the integer path must take it (the rhs gets a pack cache) */
+} qcase;
+
+static ember_qscheme scheme_of(ember_qvalue v, ember_qstore st, int brank, const int64_t *block) {
+    return brank ? ember_qscheme_per_block(v, st, brank, block) : ember_qscheme_per_tensor(v, st);
+}
+
+static void test_q_matmul_entry(void) {
+    static const qcase cases[] = {
+        {"Q8S x Q8S per-tensor", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_QSTORE_NATIVE, 0, 0,
+         {0}, {0}, 37, 100, 45, 1},
+        {"Q8F x Q8S per-row x per-column", EMBER_Q8F, EMBER_Q8S, EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE, 2, 2, {1, 96}, {96, 1}, 40, 96, 33, 1},
+        {"Q8S x Q4S block 32 along K (PackedU32)", EMBER_Q8S, EMBER_Q4S, EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_PACKED_U32, 2, 2, {1, 64}, {32, 8}, 35, 128, 48, 1},
+        {"Q8S x Q2S block 64 (PackedU32)", EMBER_Q8S, EMBER_Q2S, EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_PACKED_U32, 0, 2, {0}, {64, 16}, 5, 192, 64, 1},
+        {"Q4S (PackedU32) x Q8S decode row", EMBER_Q4S, EMBER_Q8S, EMBER_QSTORE_PACKED_U32,
+         EMBER_QSTORE_NATIVE, 2, 2, {1, 128}, {128, 1}, 1, 256, 80, 1},
+        {"Q8S x Q8S, B blocks along N only (declined)", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE, 0, 1, {0}, {16}, 6, 32, 48, 0},
+        {"Q8S x Q8S, K blocks of 16 (declined)", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE, 2, 0, {1, 16}, {0}, 6, 64, 16, 0},
+    };
+    ember_context *ctx = tu_cpu_context();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const qcase *q = &cases[c];
+        ember_qscheme sa = scheme_of(q->av, q->as, q->ablock_rank, q->ablock);
+        ember_qscheme sb = scheme_of(q->bv, q->bs, q->bblock_rank, q->bblock);
+        const int64_t ash[2] = {q->m, q->k}, bsh[2] = {q->k, q->n};
+        ember_tensor *a = mk_q(ctx, &sa, 2, ash), *b = mk_q(ctx, &sb, 2, bsh), *y = NULL;
+        CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+        int64_t cells;
+        double *ref = reference(a, b, &cells);
+        for (int rep = 0; rep < 2; rep++) { /* the second call uses the pack cache */
+            TU_OK(ember_q_matmul(a, b, &y));
+            double err = max_rel_err(y, ref, cells);
+            if (!(err < 1e-5))
+                printf("\n  %s: rel err %g", q->name, err);
+            CU_ASSERT(err < 1e-5);
+            ember_tensor_free(y);
+            y = NULL;
+        }
+        CU_ASSERT_EQUAL(packed(b), q->integer);
+        CU_ASSERT_FALSE(packed(a));
+        free(ref);
+        ember_tensor_free(a);
+        ember_tensor_free(b);
+    }
+    ember_context_destroy(ctx);
+}
+
+/* a decode-sized first call runs unpacked and marks the tensor; the second use packs */
+static void test_first_call_policy(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *x = mk_q(ctx, &s, 2, (int64_t[]){4, 96}), *w = mk_q(ctx, &s, 2, (int64_t[]){96, 70});
+    int64_t cells;
+    double *ref = reference(x, w, &cells);
+    int direct = ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, 0) ==
+                 EMBER_OK;
+    for (int call = 0; call < 3; call++) {
+        ember_tensor *y = NULL;
+        TU_OK(ember_q_matmul(x, w, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        CU_ASSERT_EQUAL(packed(w), direct ? call >= 1 : 1);
+        ember_tensor_free(y);
+    }
+    free(ref);
+    ember_tensor_free(x);
+    ember_tensor_free(w);
+    ember_context_destroy(ctx);
+}
+
+static void test_q_matmul_batched(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    const int64_t a3[3] = {3, 20, 70}, b2[2] = {70, 40}, a2[2] = {20, 70}, b3[3] = {3, 70, 40};
+    const int64_t *as[2] = {a3, a2}, *bs[2] = {b2, b3};
+    const int ar[2] = {3, 2}, br[2] = {2, 3};
+    for (int t = 0; t < 2; t++) {
+        ember_tensor *a = mk_q(ctx, &s, ar[t], as[t]), *b = mk_q(ctx, &s, br[t], bs[t]), *y = NULL;
+        int64_t cells;
+        double *ref = reference(a, b, &cells);
+        TU_OK(ember_q_matmul(a, b, &y));
+        CU_ASSERT_EQUAL(ember_tensor_numel(y), cells);
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        CU_ASSERT(packed(b));
+        free(ref);
+        ember_tensor_free(y);
+        ember_tensor_free(a);
+        ember_tensor_free(b);
+    }
+    ember_context_destroy(ctx);
+}
+
+/* (F,Q): burn's float path by default; W8A8 with dynamic_activation_quant (lossy) */
+static void test_dynamic_activation_quant(void) {
+    ember_qscheme s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){64, 1});
+    const int64_t xs[2] = {9, 128}, ws[2] = {128, 50}, xt[2] = {50, 9};
+    for (int on = 0; on <= 1; on++) {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.dynamic_activation_quant = on;
+        ember_context *ctx = NULL;
+        TU_OK(ember_context_create(&o, &ctx));
+        ember_tensor *x = mk_f32(ctx, 2, xs, -1.0f, 1.0f), *w = mk_q(ctx, &s, 2, ws), *y = NULL;
+        int64_t cells;
+        double *ref = reference(x, w, &cells);
+        TU_OK(ember_q_matmul(x, w, &y));
+        double err = max_rel_err(y, ref, cells);
+        /* off: the float path (float rounding only); on: 8-bit activations, ~1/254 of the range */
+        CU_ASSERT(err < (on ? 2e-2 : 1e-5));
+        CU_ASSERT(on ? err > 0 : 1);
+        CU_ASSERT_EQUAL(packed(w), on);
+        ember_tensor_free(y);
+        free(ref);
+        /* (Q,F): the float rhs is quantized per column */
+        ember_tensor *f = mk_f32(ctx, 2, xt, -1.0f, 1.0f);
+        ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        ember_tensor *qa = mk_q(ctx, &sq, 2, (int64_t[]){7, 50});
+        ref = reference(qa, f, &cells);
+        TU_OK(ember_q_matmul(qa, f, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < (on ? 2e-2 : 1e-5));
+        free(ref);
+        ember_tensor_free(y);
+        ember_tensor_free(qa);
+        ember_tensor_free(f);
+        ember_tensor_free(x);
+        ember_tensor_free(w);
+        ember_context_destroy(ctx);
+    }
+}
+
+/* Allocation failures inside the entry: OUT_OF_MEMORY, NULL output, nothing leaked once the
+ * operands are freed, inputs untouched (the result afterwards is still right). */
+static void test_q_matmul_oom(void) {
+    ember_context *ctx = tu_cpu_context();
+    ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme sb = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
+    const int64_t ash[2] = {33, 64}, bsh[2] = {64, 40};
+    int done = 0;
+    for (long n = 1; n < 200 && !done; n++) {
+        ember_tensor *a = mk_q(ctx, &sa, 2, ash), *b = mk_q(ctx, &sb, 2, bsh);
+        int64_t cells;
+        double *ref = reference(a, b, &cells);
+        long live0 = ember__alloc_live();
+        ember__alloc_fail_at(n);
+        ember_tensor *y = (ember_tensor *)&done;
+        ember_status st = ember_q_matmul(a, b, &y);
+        ember__alloc_fail_at(0);
+        if (st == EMBER_OK) {
+            done = 1;
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            ember_tensor_free(y);
+        } else {
+            TU_ASSERT_STATUS(st, EMBER_ERR_OUT_OF_MEMORY, NULL);
+            CU_ASSERT_PTR_NULL(y);
+            if (!packed(b))
+                CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+            /* the operands still give the right answer */
+            TU_OK(ember_q_matmul(a, b, &y));
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            ember_tensor_free(y);
+        }
+        free(ref);
+        ember_tensor_free(a);
+        ember_tensor_free(b);
+    }
+    CU_ASSERT(done);
+    ember_context_destroy(ctx);
+}
+
+/* EMBER_CPU_MAX_ISA / cpu_max_isa caps the tier; ember_device_describe names it. */
+static void test_tier_cap(void) {
+    static const char *caps[] = {"scalar", "avx2", "avx512_vnni", "amx", NULL};
+    static const char *want[] = {"cpu.scalar", "cpu.avx2", "cpu.avx512_vnni", "cpu.amx", NULL};
+    for (int i = 0; i < 5; i++) {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.cpu_max_isa = caps[i];
+        ember_context *ctx = NULL;
+        TU_OK(ember_context_create(&o, &ctx));
+        ember_device_info info;
+        TU_OK(ember_device_describe(ctx, TU_CPU, &info));
+        char expect[48];
+        snprintf(expect, sizeof expect, "cpu.%s", ember__qtier_name(ember__qtier_select(caps[i])));
+        CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, expect);
+        if (want[i] && ember__qtier_available((ember__qtier)i))
+            CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, want[i]);
+        /* the capped tier still computes the right thing */
+        ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){40, 70}), *b = mk_q(ctx, &s, 2, (int64_t[]){70, 20});
+        ember_tensor *y = NULL;
+        int64_t cells;
+        double *ref = reference(a, b, &cells);
+        TU_OK(ember_q_matmul(a, b, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        free(ref);
+        ember_tensor_free(y);
+        ember_tensor_free(a);
+        ember_tensor_free(b);
+        ember_context_destroy(ctx);
+    }
+}
+
+/* EMBER_CPU_MAX_ISA does the same when the option is NULL */
+static void test_tier_cap_env(void) {
+    const char *old = getenv("EMBER_CPU_MAX_ISA");
+    char saved[64] = "";
+    if (old)
+        snprintf(saved, sizeof saved, "%s", old);
+    setenv("EMBER_CPU_MAX_ISA", "scalar", 1);
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    ember_context *ctx = NULL;
+    TU_OK(ember_context_create(&o, &ctx));
+    ember_device_info info;
+    TU_OK(ember_device_describe(ctx, TU_CPU, &info));
+    CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, "cpu.scalar");
+    ember_context_destroy(ctx);
+    if (old)
+        setenv("EMBER_CPU_MAX_ISA", saved, 1);
+    else
+        unsetenv("EMBER_CPU_MAX_ISA");
+}
+
+/* ---------------------------------------------------------------- thread pool */
+
+typedef struct pf_arg {
+    int64_t *hits;
+    int nthreads;
+    int bad_thread;
+} pf_arg;
+
+static void pf_task(void *v, int64_t task, int thread) {
+    pf_arg *a = v;
+    if (thread < 0 || thread >= a->nthreads)
+        a->bad_thread = 1;
+    __atomic_fetch_add(&a->hits[task], 1, __ATOMIC_RELAXED);
+}
+
+typedef struct pf_thread {
+    ember__cpu_state *s;
+    int ok;
+} pf_thread;
+
+static void *pf_caller(void *v) {
+    pf_thread *p = v;
+    p->ok = 1;
+    for (int rep = 0; rep < 200; rep++) {
+        int64_t hits[37] = {0};
+        pf_arg a = {hits, p->s->num_threads, 0};
+        ember__cpu_parallel_for(p->s, 37, pf_task, &a);
+        for (int i = 0; i < 37; i++)
+            if (hits[i] != 1)
+                p->ok = 0;
+        if (a.bad_thread)
+            p->ok = 0;
+    }
+    return NULL;
+}
+
+static void test_thread_pool(void) {
+    for (int nt = 1; nt <= 4; nt++) {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.num_threads = nt;
+        ember_context *ctx = NULL;
+        TU_OK(ember_context_create(&o, &ctx));
+        ember__cpu_state *s = ember__cpu_state_of(ctx);
+        CU_ASSERT_EQUAL(s->num_threads, nt);
+        ember_device_info info;
+        TU_OK(ember_device_describe(ctx, TU_CPU, &info));
+        CU_ASSERT_EQUAL(info.compute_units, nt);
+        /* every task exactly once, thread ids in range, many back-to-back jobs, and two
+         * application threads sharing the context at once */
+        pf_thread p[2] = {{s, 0}, {s, 0}};
+        pthread_t th;
+        CU_ASSERT_EQUAL(pthread_create(&th, NULL, pf_caller, &p[1]), 0);
+        pf_caller(&p[0]);
+        pthread_join(th, NULL);
+        CU_ASSERT(p[0].ok);
+        CU_ASSERT(p[1].ok);
+        int64_t one = 0;
+        pf_arg a = {&one, nt, 0};
+        ember__cpu_parallel_for(s, 1, pf_task, &a); /* inline */
+        ember__cpu_parallel_for(s, 0, pf_task, &a); /* nothing */
+        CU_ASSERT_EQUAL(one, 1);
+        ember_context_destroy(ctx);
+    }
+}
+
 int main(void) {
     rng = tu_seed();
     CU_TestInfo tests[] = {
@@ -205,6 +631,15 @@ int main(void) {
         {"exact int32, every tier, odd shapes", test_exact_int32},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
+        {"direct (unpacked) kernel for first decode calls", test_direct},
+        {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
+        {"q_matmul entry: batched", test_q_matmul_batched},
+        {"decode first call unpacked, packed from the second", test_first_call_policy},
+        {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
+        {"q_matmul entry: allocation failures", test_q_matmul_oom},
+        {"cpu_max_isa caps the tier, describe names it", test_tier_cap},
+        {"EMBER_CPU_MAX_ISA caps the tier", test_tier_cap_env},
+        {"thread pool", test_thread_pool},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"cpu_qgemm", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

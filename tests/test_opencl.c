@@ -41,8 +41,8 @@ static ember_tensor *alloc_t(ember_device d, ember_dtype dt, int rank, const int
 
 static void read_raw(const ember_tensor *t, void *dst) {
     const ember_backend_ops *o = ctx->be[t->device.backend].ops;
-    TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst,
-                      t->nbytes));
+    TU_OK(
+        o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
 }
 
 static int bits_equal(const float *a, const float *b, size_t n) {
@@ -143,7 +143,8 @@ static void test_upload_download(void) {
  * |C - ref| <= 4 * k * FLT_EPSILON * sum_k |a||b| + |beta * c0| * FLT_EPSILON. */
 static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha,
                       float beta) {
-    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n), csz = (size_t)(batch * m * n);
+    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n),
+           csz = (size_t)(batch * m * n);
     float *A = malloc(asz * 4 + 4), *B = malloc(bsz * 4 + 4), *C0 = malloc(csz * 4 + 4);
     float *Ccl = malloc(csz * 4 + 4), *Ccpu = malloc(csz * 4 + 4);
     tu_rand_f32(&rng, A, asz, -1.0f, 1.0f);
@@ -182,12 +183,14 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
                 }
                 size_t o = (size_t)(bi * m * n + i * n + j);
                 double ref = alpha * acc + (beta != 0.0f ? beta * (double)C0[o] : 0.0);
-                double tol = 4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
+                double tol =
+                    4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
                 for (int w = 0; w < 2; w++)
                     if (fabs(outs[w][o] - ref) > tol + 1e-30) {
-                        fprintf(stderr, "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n",
-                                ta, tb, (long long)m, (long long)n, (long long)k,
-                                w ? "cpu" : "opencl", o, outs[w][o], ref);
+                        fprintf(stderr,
+                                "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n", ta,
+                                tb, (long long)m, (long long)n, (long long)k, w ? "cpu" : "opencl",
+                                o, outs[w][o], ref);
                         bad = 1;
                     }
             }
@@ -199,12 +202,18 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
     free(Ccpu);
 }
 
+/* Both kernel shapes (tiled with local memory; barrier-free rows), whatever the device. */
 static void test_gemm(void) {
-    gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f);    /* ragged edges in every dimension */
-    gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f);    /* trans_a, batch with offsets */
-    gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f);    /* trans_b, alpha and beta */
-    gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
-    gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f);       /* k = 0: C = beta * C */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f); /* ragged edges in every dimension */
+        gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f); /* trans_a, batch with offsets */
+        gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f); /* trans_b, alpha and beta */
+        gemm_case(0, 0, 19, 64, 40, 1, 1.0f, 1.0f); /* whole 16-column strips, beta 1 */
+        gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
+        gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f); /* k = 0: C = beta * C */
+    }
+    cls()->gemm_variant = 0;
 }
 
 static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, const int64_t *sb) {
@@ -239,7 +248,7 @@ static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, cons
         ember_tensor *a = from_f32(devs[w], ra, sa, A), *b = from_f32(devs[w], rb, sb, B);
         ember_tensor *o = alloc_t(devs[w], EMBER_F32, bc.rank, out_shape);
         TU_OK(ctx->be[devs[w].backend].ops->binary_f32(ctx->be[devs[w].backend].state, 0, op, &bc,
-                                                        a, b, o));
+                                                       a, b, o));
         TU_OK(ember_tensor_read(o, outs[w], no * 4));
         ember_tensor_free(a);
         ember_tensor_free(b);
@@ -271,8 +280,8 @@ static void test_sum_rows(void) {
     float *outs[2] = {o1, o2};
     for (int w = 0; w < 2; w++) {
         ember_tensor *x = from_f32(devs[w], 2, sh, X), *o = alloc_t(devs[w], EMBER_F32, 1, osh);
-        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x,
-                                                          rows, cols, o));
+        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x, rows,
+                                                         cols, o));
         TU_OK(ember_tensor_read(o, outs[w], sizeof o1));
         ember_tensor_free(x);
         ember_tensor_free(o);
@@ -293,9 +302,10 @@ static void test_convert(void) {
     float *x = malloc(N * 4), *back = malloc(N * 4), *ref = malloc(N * 4);
     uint16_t *h = malloc(N * 2), *href = malloc(N * 2);
     tu_rand_f32(&rng, x, N, -70000.0f, 70000.0f);
-    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 65504.0f,
-                             65520.0f, 6.1e-5f, 5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
-                             3.0f + 0x1p-10f, FLT_MAX, FLT_MIN};
+    const float special[] = {0.0f,     -0.0f,    INFINITY,       -INFINITY,       NAN,
+                             1e-40f,   -3e-39f,  65504.0f,       65520.0f,        6.1e-5f,
+                             5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 3.0f + 0x1p-10f,
+                             FLT_MAX,  FLT_MIN};
     memcpy(x, special, sizeof special);
     for (size_t i = 100; i < 600; i++) /* small values: the f16 subnormal range */
         x[i] = x[i] * 1e-9f;
@@ -543,7 +553,8 @@ static void q_roundtrip(const ember_qscheme *s, int rank, const int64_t *shape, 
     int same = memcmp(got_cl, got_cpu, L.total_bytes) == 0;
     for (size_t i = 0; !same && i < L.total_bytes; i++)
         if (got_cl[i] != got_cpu[i]) {
-            fprintf(stderr, "  %s/%s block_rank %d two-level %d: byte %zu of %zu: opencl %02x cpu %02x\n",
+            fprintf(stderr,
+                    "  %s/%s block_rank %d two-level %d: byte %zu of %zu: opencl %02x cpu %02x\n",
                     ember_qvalue_name(s->value), ember_qstore_name(s->store), s->block_rank,
                     s->tensor_level, i, L.total_bytes, got_cl[i], got_cpu[i]);
             break;
@@ -668,11 +679,11 @@ static void test_quant_random(void) {
     static const struct {
         ember_qvalue v;
         ember_qstore s;
-    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},     {EMBER_Q8S, EMBER_QSTORE_NATIVE},
-                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32}, {EMBER_E4M3, EMBER_QSTORE_NATIVE},
-                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},    {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
+    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},         {EMBER_Q8S, EMBER_QSTORE_NATIVE},
+                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32},     {EMBER_E4M3, EMBER_QSTORE_NATIVE},
+                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},        {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
                  {EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE}, {EMBER_E2M1, EMBER_QSTORE_PACKED_U32}};
     int64_t shape[3] = {3, 6, 20}; /* the last dim leaves partial words for every packing */
     size_t numel = 3 * 6 * 20;
@@ -718,6 +729,56 @@ static void test_quant_random(void) {
     ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     q_roundtrip(&q8, 2, big, xb, NULL, NULL);
     free(xb);
+}
+
+/* The work-group absmax kernel (other devices than CPUs) forced on this device, and the CPU
+ * one forced: per-tensor, row blocks, rectangles, two-level, a tensor of many chunks. */
+static void test_quant_absmax_kernels(void) {
+    float *x = malloc(64 * 1000 * 4);
+    tu_rand_f32(&rng, x, 64 * 1000, -50.0f, 50.0f);
+    x[12345] = 77.0f; /* the max deep inside: in a later chunk */
+    int64_t big[2] = {64, 1000}, sh[3] = {3, 6, 20}, b1[1] = {5}, b2[2] = {3, 4};
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&pt, 2, big, x, NULL, NULL);
+        ember_qscheme rb = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, b1);
+        q_roundtrip(&rb, 3, sh, x, NULL, NULL);
+        ember_qscheme rr = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 2, b2);
+        rr.block_scale = EMBER_SCALE_UE4M3;
+        rr.tensor_level = 1;
+        q_roundtrip(&rr, 3, sh, x, NULL, NULL);
+        float bad[8] = {1, 2, 3, 4, 5, 6, 7, NAN};
+        int64_t s8[1] = {8};
+        ember_tensor *t = from_f32(CL0, 1, s8, bad), *q = NULL;
+        TU_ASSERT_STATUS(ember_quantize(t, &pt, &q), EMBER_ERR_NON_FINITE, "NaN or Inf");
+        CU_ASSERT_PTR_NULL(q);
+        ember_tensor_free(t);
+    }
+    cls()->gemm_variant = 0;
+    free(x);
+}
+
+/* The fma-corrected software division (for devices with neither exact division nor fp64),
+ * forced here: the same bytes as the CPU. Values near rounding ties of x / s stress it. */
+static void test_quant_soft_div(void) {
+    for (int mode = 1; mode <= 2; mode++) {
+        cls()->soft_div = mode;
+        float x[512];
+        int64_t sh[2] = {8, 64}, blk[1] = {16};
+        tu_rand_f32(&rng, x, 512, -3.0f, 3.0f);
+        x[0] = 3.0f; /* alpha = 3: s = 3/127, and x = (j + 0.5) * s lands within an ulp of ties */
+        for (int j = 1; j < 200; j++)
+            x[j] = ((float)(j % 120) + 0.5f) * (3.0f / 127.0f);
+        ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&q8, 2, sh, x, NULL, NULL);
+        ember_qscheme q4 = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 1, blk);
+        q4.block_scale = EMBER_SCALE_F16;
+        q_roundtrip(&q4, 2, sh, x, NULL, NULL);
+        ember_qscheme e4 = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&e4, 2, sh, x, NULL, NULL);
+    }
+    cls()->soft_div = 0;
 }
 
 static void test_quant_non_finite(void) {
@@ -822,9 +883,105 @@ static void qmm_case(ember_qvalue va, ember_qstore sa_, ember_qvalue vb, ember_q
 }
 
 static void test_q_matmul(void) {
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
-    qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13, 31);
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
+        qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13,
+                 31);
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    }
+    cls()->gemm_variant = 0;
+}
+
+/* (Q, Q) with per-row lhs / per-column rhs scales on the integer path: called through the vtable
+ * (it must take them, not decline) and through the public API; exactly
+ * 0 + (sa[i / bm] * sb[j / bn]) * (float)acc from the stored bytes and effective scales. */
+static void qmm_pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n,
+                        int64_t k, int64_t bm, int64_t bn) {
+    size_t na = (size_t)(m * k), nb = (size_t)(k * n), no = (size_t)(m * n);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4), *R = malloc(no * 4);
+    float *P = malloc(no * 4), *H = malloc(no * 4);
+    tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+    tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
+    for (int64_t j = 0; j < k; j++) /* row 1 of A much smaller: its scale differs a lot */
+        A[k + j] *= 0.01f;
+    int64_t ash[2] = {m, k}, bsh[2] = {k, n}, osh[2] = {m, n};
+    ember_tensor *at = from_f32(CL0, 2, ash, A), *bt = from_f32(CL0, 2, bsh, B);
+    ember_tensor *aq = NULL, *bq = NULL, *o = NULL;
+    TU_OK(ember_quantize(at, qa, &aq));
+    TU_OK(ember_quantize(bt, qb, &bq));
+    ember_tensor *ot = alloc_t(CL0, EMBER_F32, 2, osh);
+    int64_t z = 0;
+    ember__gemm g = {0, 0, m, n, k, 1, &z, &z, 1.0f, 0.0f};
+    TU_OK(clops()->q_matmul(cls(), 0, &g, aq, bq, ot));
+    TU_OK(ember_tensor_read(ot, O, no * 4));
+    TU_OK(ember_q_matmul(aq, bq, &o));
+    if (o)
+        TU_OK(ember_tensor_read(o, P, no * 4));
+    /* the reference */
+    int8_t *av = malloc(na), *bv = malloc(nb);
+    float *sa = malloc(aq->q.nscales * 4), *sb = malloc(bq->q.nscales * 4);
+    TU_OK(ember_qtensor_values(aq, av, na));
+    TU_OK(ember_qtensor_values(bq, bv, nb));
+    TU_OK(ember__qtensor_effective_scales(aq, sa));
+    TU_OK(ember__qtensor_effective_scales(bq, sb));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int64_t p = 0; p < k; p++)
+                acc += (int32_t)av[i * k + p] * (int32_t)bv[p * n + j];
+            R[i * n + j] = 0.0f + (sa[i / bm] * sb[j / bn]) * (float)acc;
+        }
+    CU_ASSERT_TRUE(bits_equal(O, R, no));
+    CU_ASSERT_TRUE(bits_equal(P, R, no));
+    /* the CPU backend from the same floats: its integer path when it has one, else burn's
+     * dequantize + sgemm (float rounding) */
+    ember_tensor *ah = from_f32(TU_CPU, 2, ash, A), *bh = from_f32(TU_CPU, 2, bsh, B);
+    ember_tensor *ahq = NULL, *bhq = NULL, *oh = NULL;
+    TU_OK(ember_quantize(ah, qa, &ahq));
+    TU_OK(ember_quantize(bh, qb, &bhq));
+    TU_OK(ember_q_matmul(ahq, bhq, &oh));
+    if (oh) {
+        TU_OK(ember_tensor_read(oh, H, no * 4));
+        if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
+            CU_ASSERT_TRUE(bits_equal(H, R, no));
+        } else {
+            CU_ASSERT_TRUE(close_to(H, R, no, 1e-5f));
+        }
+    }
+    ember_tensor *all[] = {at, bt, aq, bq, o, ot, ah, bh, ahq, bhq, oh};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
+    free(av);
+    free(bv);
+    free(sa);
+    free(sb);
+    free(A);
+    free(B);
+    free(O);
+    free(R);
+    free(P);
+    free(H);
+}
+
+static void test_q_matmul_per_channel(void) {
+    const int64_t m = 12, n = 40, k = 200;
+    int64_t row[2] = {1, k}, row2[2] = {2, k}, col[2] = {k, 1}, col4[2] = {k, 4};
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme ar = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, row);
+    ember_qscheme ar2 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, row2);
+    ember_qscheme bc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+    ember_qscheme bc4 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, col4);
+    bc4.block_scale = EMBER_SCALE_F16;
+    bc4.tensor_level = 1; /* two-level: g * s_b */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_pc_case(&ar, &bc, m, n, k, 1, 1);
+        qmm_pc_case(&pt, &bc, m, n, k, m, 1);
+        qmm_pc_case(&ar, &pt, m, n, k, 1, n);
+        qmm_pc_case(&ar2, &bc4, m, n, k, 2, 4);
+    }
+    cls()->gemm_variant = 0;
 }
 
 /* spec §6.5 (Quant x Quant): burn's dequantize-then-matmul numbers, within float rounding. */
@@ -879,8 +1036,8 @@ static void test_q_matmul_fallbacks(void) {
         TU_OK(ember_quantize(wt, &pt, &wq));
         TU_OK(ember_quantize(a, &pb, &aq));
         TU_OK(ember_quantize(wt, &pt, &wq2));
-        TU_OK(ember_q_matmul(a, wq, &o[0]));  /* (F, Q) */
-        TU_OK(ember_q_matmul(aq, wt, &o[1])); /* (Q, F) */
+        TU_OK(ember_q_matmul(a, wq, &o[0]));   /* (F, Q) */
+        TU_OK(ember_q_matmul(aq, wt, &o[1]));  /* (Q, F) */
         TU_OK(ember_q_matmul(aq, wq2, &o[2])); /* (Q, Q), per-block lhs */
         for (int i = 0; i < 3; i++) {
             if (o[i]) {
@@ -957,8 +1114,11 @@ int main(void) {
                             CU_TEST_INFO_NULL};
     CU_TestInfo quant[] = {{"golden vectors (spec 6)", test_quant_golden},
                            {"every scheme, random data", test_quant_random},
+                           {"both absmax kernels", test_quant_absmax_kernels},
+                           {"software division", test_quant_soft_div},
                            {"NaN / Inf input", test_quant_non_finite},
                            {"q_matmul int8 exact", test_q_matmul},
+                           {"q_matmul per-row / per-column int8", test_q_matmul_per_channel},
                            {"q_matmul golden and fallbacks", test_q_matmul_golden},
                            {"q_matmul (F,Q) (Q,F) per-block vs cpu", test_q_matmul_fallbacks},
                            {"quantize allocation failures", test_quantize_alloc_failures},

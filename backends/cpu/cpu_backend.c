@@ -1,11 +1,13 @@
 /* backends/cpu/cpu_backend.c: the CPU backend's vtable: device, memory and op entries. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../../dispatch/nn.h"
 #include "cpu_backend.h"
 #include "cpu_quant.h"
+#include "qgemm.h"
 
 static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void **state) {
     ember__cpu_state *s = ember__calloc(1, sizeof *s);
@@ -14,12 +16,20 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
     snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
-    snprintf(s->int8_path, sizeof s->int8_path, "cpu.scalar");
+    ember_status st = ember__cpu_pool_start(s);
+    if (st != EMBER_OK) {
+        ember__free(s);
+        return st;
+    }
+    snprintf(s->int8_path, sizeof s->int8_path, "cpu.%s", ember__qtier_name(ember__cpu_tier(s)));
     *state = s;
     return EMBER_OK;
 }
 
-static void cpu_shutdown(void *state) { ember__free(state); }
+static void cpu_shutdown(void *state) {
+    ember__cpu_pool_stop(state);
+    ember__free(state);
+}
 
 static int cpu_device_count(void *state) {
     (void)state;
@@ -71,6 +81,15 @@ static ember_status cpu_buffer_alloc(void *state, int dev, size_t bytes, void **
     (void)dev;
     void *p = ember__aligned_alloc(bytes);
     EMBER_FAIL_IF(!p, EMBER_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+    /* Large tensors: ask for transparent huge pages, so that the first write into a fresh output
+     * (every op allocates one) faults 2 MiB at a time instead of 4 KiB (measured with bench_quant:
+     * API dequantize of 64 MiB from ~40% to ~65% of memcpy). Advice only: failure is harmless. */
+    if (bytes >= ((size_t)4 << 20)) {
+        const uintptr_t page = 4096, lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+        const uintptr_t hi = ((uintptr_t)p + bytes) & ~(page - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
+    }
     *buf = p;
     return EMBER_OK;
 }
@@ -124,4 +143,5 @@ const ember_backend_ops ember__cpu_ops = {
     .convert = ember__cpu_convert,
     .quantize = ember__cpu_quantize,
     .dequantize = ember__cpu_dequantize,
+    .q_matmul = ember__cpu_q_matmul, /* backends/cpu/cpu_qmatmul.c */
 };

@@ -50,7 +50,7 @@ static int amx_permission(void) {
 }
 #endif
 
-int ember__qtier_available(ember__qtier t) {
+static int qtier_probe(ember__qtier t) {
     if (t == EMBER__QT_SCALAR)
         return 1;
 #ifdef EMBER__X86
@@ -77,6 +77,19 @@ int ember__qtier_available(ember__qtier t) {
 #endif
 }
 
+/* CPUID traps to the hypervisor in a VM (tens of microseconds here): probe once per process. */
+int ember__qtier_available(ember__qtier t) {
+    static int cache[EMBER__QT_COUNT]; /* 0 unknown, 1 no, 2 yes */
+    if ((unsigned)t >= EMBER__QT_COUNT)
+        return 0;
+    int c = __atomic_load_n(&cache[t], __ATOMIC_ACQUIRE);
+    if (!c) {
+        c = qtier_probe(t) ? 2 : 1;
+        __atomic_store_n(&cache[t], c, __ATOMIC_RELEASE);
+    }
+    return c == 2;
+}
+
 ember__qtier ember__qtier_select(const char *cap) {
     ember__qtier top = EMBER__QT_AMX;
     if (cap && *cap) {
@@ -96,6 +109,7 @@ ember__qtier ember__qtier_select(const char *cap) {
 /* ------------------------------------------------------------------ packing B */
 
 static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
+static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 typedef struct pack_b_arg {
     ember__qpack *p;
@@ -157,14 +171,14 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
             }
         }
         for (int64_t jj = 0; jj < jn; jj += 16) {
-            const int64_t panel = (j0 + jj) / 16;
+            const int64_t panel = (j0 + jj) / 32, half = ((j0 + jj) % 32) / 16;
             if (p->bits == 8) {
-                uint8_t *dst = p->b + (panel * (p->kp / 4) + k0 / 4) * 64;
+                uint8_t *dst = p->b + (panel * (p->kp / 4) + k0 / 4) * 128 + half * 64;
                 interleave16(rows[0] + jj, rows[1] + jj, rows[2] + jj, rows[3] + jj, dst, 1);
             } else {
                 interleave16(rows[0] + jj, rows[1] + jj, rows[2] + jj, rows[3] + jj, tmp[0], 0);
                 interleave16(rows[4] + jj, rows[5] + jj, rows[6] + jj, rows[7] + jj, tmp[1], 0);
-                uint8_t *dst = p->b + (panel * (p->kp / 8) + k0 / 8) * 64;
+                uint8_t *dst = p->b + (panel * (p->kp / 8) + k0 / 8) * 128 + half * 64;
                 for (int q = 0; q < 64; q++)
                     dst[q] = (uint8_t)((tmp[0][q] & 0xf) | (tmp[1][q] << 4));
             }
@@ -258,12 +272,12 @@ size_t ember__qpack_bytes(const ember__qpack *p) {
 
 /* The value of packed B at (kk, j), unbiased. */
 static int packed_b(const ember__qpack *p, int64_t kk, int64_t j) {
-    const int64_t panel = j / 16, col = j % 16;
+    const int64_t panel = j / 32, half = (j % 32) / 16, col = j % 16;
     if (p->bits == 8) {
-        uint8_t v = p->b[(panel * (p->kp / 4) + kk / 4) * 64 + col * 4 + kk % 4];
+        uint8_t v = p->b[(panel * (p->kp / 4) + kk / 4) * 128 + half * 64 + col * 4 + kk % 4];
         return (int)v - 128;
     }
-    uint8_t v = p->b[(panel * (p->kp / 8) + kk / 8) * 64 + col * 4 + kk % 4];
+    uint8_t v = p->b[(panel * (p->kp / 8) + kk / 8) * 128 + half * 64 + col * 4 + kk % 4];
     int u = (kk % 8) < 4 ? (v & 0xf) : (v >> 4);
     return u - 8;
 }
@@ -304,8 +318,27 @@ typedef struct pack_a_arg {
     int64_t lda, m, mp;
     int8_t *ap;
     int32_t *rs;
-    int amx;
+    int amx, avx512;
 } pack_a_arg;
+
+/* Sum of n int8 values (SSE2: PSADBW on the values biased to unsigned). */
+static int32_t sum_s8(const int8_t *x, int64_t n) {
+    int64_t i = 0;
+    int32_t s = 0;
+#ifdef EMBER__X86
+    __m128i acc = _mm_setzero_si128();
+    const __m128i bias = _mm_set1_epi8((char)0x80), zero = _mm_setzero_si128();
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(x + i)), bias);
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(v, zero));
+    }
+    s = (int32_t)(_mm_cvtsi128_si64(acc) + _mm_cvtsi128_si64(_mm_unpackhi_epi64(acc, acc))) -
+        (int32_t)(128 * i);
+#endif
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
 
 /* Rows [16*task, 16*task + 16) of A into the packed buffer. */
 static void pack_a_task(void *varg, int64_t task, int thread) {
@@ -313,22 +346,32 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
     const pack_a_arg *a = varg;
     const ember__qpack *p = a->p;
     const int64_t kp = p->kp, k = p->k;
+    const int fast = a->avx512 && (p->nch == 1 || p->kc % 64 == 0);
     for (int64_t i = task * 16; i < task * 16 + 16; i++) {
         const int8_t *src = i < a->m ? a->A + i * a->lda : NULL;
+        if (fast) {
+            if (a->amx)
+                ember__qa_row_avx512(src, k, kp, p->kc, p->nch,
+                                     a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64, 2048,
+                                     a->rs + i * p->nch);
+            else
+                ember__qa_row_avx512(src, k, kp, p->kc, p->nch, a->ap + i * kp, 64,
+                                     a->rs + i * p->nch);
+            continue;
+        }
         for (int64_t c = 0; c < p->nch; c++) {
-            int32_t s = 0;
-            if (src)
-                for (int64_t kk = c * p->kc; kk < (c + 1) * p->kc && kk < k; kk++)
-                    s += src[kk];
-            a->rs[i * p->nch + c] = s;
+            int64_t k0 = c * p->kc, k1 = (c + 1) * p->kc < k ? (c + 1) * p->kc : k;
+            a->rs[i * p->nch + c] = src && k1 > k0 ? sum_s8(src + k0, k1 - k0) : 0;
         }
         if (a->amx) {
-            /* [mp/16][kp/64][16][64] */
-            int8_t *base = a->ap + (i / 16) * (kp / 64) * 1024 + (i % 16) * 64;
+            /* [mp/32][kp/64][32][64]: the two A tiles of a K step are one 2 KiB run */
+            int8_t *base = a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64;
             for (int64_t k0 = 0; k0 < kp; k0 += 64) {
-                int8_t *dst = base + (k0 / 64) * 1024;
+                int8_t *dst = base + (k0 / 64) * 2048;
                 int64_t nv = src ? (k - k0 < 64 ? k - k0 : 64) : 0;
-                if (nv > 0)
+                if (nv == 64)
+                    memcpy(dst, src + k0, 64);
+                else if (nv > 0)
                     memcpy(dst, src + k0, (size_t)nv);
                 if (nv < 64)
                     memset(dst + (nv > 0 ? nv : 0), 0, (size_t)(64 - (nv > 0 ? nv : 0)));
@@ -379,44 +422,48 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         return EMBER_OK;
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
-    /* Decode shapes are bound by reading B: AVX-512 VNNI streams it as fast and wastes no tile rows. */
-    if (t == EMBER__QT_AMX && m <= 16)
+    /* Decode shapes are bound by reading B. One row: AVX-512 VNNI streams it at the bandwidth
+     * limit. 2..16 rows of 8-bit B: AMX with m-row tiles (VNNI would be bound by its multiplies);
+     * 4-bit B is unpacked in VNNI registers instead. */
+    int thin = 0;
+    if (t == EMBER__QT_AMX && m <= 16) {
+        thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
+        if (!thin)
+            t = EMBER__QT_AVX512;
+    }
+    /* Short scale blocks along K need a scaled epilogue every block: from tiles (store, reload)
+     * that costs more than the tile products, in ZMM registers it does not. */
+    if (t == EMBER__QT_AMX && p->nch > 1 && p->kc < 256)
         t = EMBER__QT_AVX512;
     const int nt = s ? s->num_threads : 1;
-    /* AMX works on 32-row tiles; the vector tiers pad rows to 32 as well (cheap). */
+    /* AMX works on 32-row blocks; the vector tiers pad rows to 32 as well (cheap). */
     const int64_t mp = round_up(m, 32);
     const int amx = t == EMBER__QT_AMX;
-    size_t abytes = (size_t)mp * (size_t)p->kp;
-    size_t rsn = (size_t)mp * (size_t)p->nch;
-    int8_t *ap = ember__aligned_alloc(abytes);
-    int32_t *rs = ember__aligned_alloc(rsn * sizeof(int32_t));
-    float *sap = ember__aligned_alloc(rsn * sizeof(float));
-    if (!ap || !rs || !sap) {
-        ember__aligned_free(ap);
-        ember__aligned_free(rs);
-        ember__aligned_free(sap);
-        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for a %lld x %lld operand",
-                   (long long)m, (long long)p->k);
-    }
+    const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
+    const size_t rsn = (size_t)mp * (size_t)p->nch;
+    const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
+    const size_t per = (amx && p->bits == 4) ? (size_t)32 * (size_t)p->kp : 0;
+    const int nscr = nt < 64 ? nt : 64;
+    const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
+    uint8_t *mem = ember__cpu_scratch_get(s, total);
+    const int from_scratch = mem != NULL;
+    if (!mem)
+        mem = ember__aligned_alloc(total);
+    EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
+                  "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m,
+                  (long long)p->k);
+    int8_t *ap = (int8_t *)mem;
+    int32_t *rs = (int32_t *)(mem + abytes);
+    float *sap = (float *)(mem + abytes + rbytes);
+    uint8_t *scratch[64] = {0};
+    for (int q = 0; q < nscr && per; q++)
+        scratch[q] = mem + abytes + rbytes + sbytes + per * (size_t)q;
     for (size_t i = 0; i < rsn; i++)
         sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
-    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx};
-    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa);
+    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx,
+                     t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    uint8_t *scratch[64] = {0};
-    uint8_t *scratch_mem = NULL;
-    if (amx && p->bits == 4) {
-        size_t per = (size_t)32 * (size_t)p->kp;
-        scratch_mem = ember__aligned_alloc(per * (size_t)(nt < 64 ? nt : 64));
-        if (!scratch_mem) {
-            ember__aligned_free(ap);
-            ember__aligned_free(rs);
-            ember__aligned_free(sap);
-            EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for unpacking buffers");
-        }
-        for (int q = 0; q < nt && q < 64; q++)
-            scratch[q] = scratch_mem + per * (size_t)q;
-    }
     ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch};
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
@@ -427,20 +474,28 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         if (nb < 32)
             nb = 32;
     } else {
-        mb = amx ? 128 : 64;
-        nb = amx ? 256 : 128;
+        /* AMX: the A block of a task (mb x kp bytes) stays in L2 while the task's B panels
+         * stream past it: about 512 KiB of A, 64..512 rows */
+        if (amx) {
+            mb = ((int64_t)512 * 1024 / p->kp) / 32 * 32;
+            mb = mb < 64 ? 64 : (mb > 512 ? 512 : mb);
+            nb = 256;
+        } else {
+            mb = 64;
+            nb = 128;
+        }
         if (mb > mp)
             mb = mp;
         /* enough tasks for the threads */
         while (nb > 32 && ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb) < 4 * nt)
             nb /= 2;
     }
-    run_arg r = {&job, block_fn(t), mb, nb, (p->np + nb - 1) / nb};
+    run_arg r = {&job, thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb};
     ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
-    ember__aligned_free(ap);
-    ember__aligned_free(rs);
-    ember__aligned_free(sap);
-    ember__aligned_free(scratch_mem);
+    if (from_scratch)
+        ember__cpu_scratch_put(s);
+    else
+        ember__aligned_free(mem);
     return EMBER_OK;
 }
 
@@ -453,4 +508,35 @@ ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
     return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
+}
+
+/* ------------------------------------------------------------------ direct (unpacked) */
+
+typedef struct direct_arg {
+    const ember__qdirect *d;
+    int64_t nb;
+} direct_arg;
+
+static void direct_task(void *varg, int64_t task, int thread) {
+    (void)thread;
+    const direct_arg *a = varg;
+    ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb);
+}
+
+ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                                 const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                                 int64_t ldb, const float *sb, float *C, int32_t *C32,
+                                 int64_t ldc) {
+    if (!ember__qtier_available(EMBER__QT_AVX512) ||
+        (s && ember__cpu_tier(s) < EMBER__QT_AVX512))
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (m <= 0 || n <= 0)
+        return EMBER_OK;
+    ember__qdirect d = {m, n, k, A, B, lda, ldb, sa, sb, C, C32, ldc};
+    const int nt = s ? s->num_threads : 1;
+    int64_t want = (int64_t)nt * 8;
+    int64_t nb = round_up((n + want - 1) / want, 64);
+    direct_arg a = {&d, nb};
+    ember__cpu_parallel_for(s, (n + nb - 1) / nb, direct_task, &a);
+    return EMBER_OK;
 }

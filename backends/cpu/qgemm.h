@@ -13,11 +13,13 @@
  * kp (a multiple of 64), N to np (a multiple of 32). Values are stored unsigned with a bias
  * (q + bias: 128 for 8-bit, 8 for 4-bit), which lets the VNNI instructions (u8 x s8) and AMX
  * TDPBSUD (s8 x u8) take A as it is; the kernels subtract bias * (sum of the A chunk's row).
- *   bits 8: [np/16][kp/4][16][4] bytes: for 16 columns, for each group of 4 k, 4 bytes per column
- *           (the VNNI / AMX B-tile layout: one 64-byte row per k group).
- *   bits 4: [np/16][kp/8][64] bytes: byte b of row r holds k group 2r in its low nibble and k group
- *           2r+1 in its high nibble (same column / k order as the 8-bit rows). Q2 values are held in
- *           this 4-bit form too (bias 8).
+ *   bits 8: [np/32][kp/4][2][16][4] bytes: for 32 columns, for each group of 4 k, two 64-byte
+ *           halves (columns 0-15, 16-31) of 4 bytes per column: each half row is a VNNI operand
+ *           and a row of an AMX B tile (loaded with stride 128), and a K step of a 32-column panel
+ *           is one contiguous run.
+ *   bits 4: [np/32][kp/8][2][64] bytes: byte b of half row h of row r holds k group 2r in its low
+ *           nibble and k group 2r+1 in its high nibble (same column / k order as the 8-bit rows).
+ *           Q2 values are held in this 4-bit form too (bias 8).
  * Scales: sb[c * np + j], f32 (or f16 when sb16 is set: every scale is exactly an f16).
  * Memory: kp * np bytes (8-bit) or kp * np / 2 (4-bit), plus nch * np * 4 (or 2) bytes of scales.
  */
@@ -89,9 +91,30 @@ ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc);
 
+/* Without packing (a first call with few rows, 8-bit B, one chunk): C[i, j] = sa[i] * sb[j] *
+ * (A row i . B column j) with B int8 row-major [k, n] (ldb), sa [m] and sb [n] (NULL: 1). Exact
+ * int32 sums into C32 instead when C32 is given. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing
+ * recorded, nothing written) when no tier can (AVX-512 BW is needed): pack instead. */
+ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                                 const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                                 int64_t ldb, const float *sb, float *C, int32_t *C32,
+                                 int64_t ldc);
+
 /* ---- between qgemm.c and the tier files ---- */
+typedef struct ember__qdirect {
+    int64_t m, n, k;
+    const int8_t *a, *b;
+    int64_t lda, ldb;
+    const float *sa, *sb;
+    float *c;
+    int32_t *c32;
+    int64_t ldc;
+} ember__qdirect;
+/* columns [j0, j1) (j0 % 64 == 0), every row (qgemm_avx512.c) */
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1);
+
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
- * Layout per tier: AMX: [mp/16][kp/64][16][64] (tile blocks); others: row-major, stride kp.
+ * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride kp.
  * rs[i * nch + c]: sum of row i's values in chunk c (int32). */
 typedef struct ember__qjob {
     const ember__qpack *p;
@@ -117,6 +140,35 @@ void ember__qblock_avx512(const ember__qjob *j, int64_t i0, int64_t i1, int64_t 
                           int thread);
 void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread);
+/* AMX for 2 <= m <= 16 rows, 8-bit B, one chunk, f32 scales (qgemm_amx.c). */
+void ember__qblock_amx_thin(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                            int thread);
+
+/* The q_matmul vtable entry (cpu_qmatmul.c; contract in dispatch/backend.h). */
+ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                 const ember_tensor *b, ember_tensor *out);
+
+/* The CPU backend's kernel state (backends/cpu/threadpool.c): the persistent pool of
+ * num_threads - 1 workers and the int8 tier, in s->kernels. start: EMBER_OK or OUT_OF_MEMORY
+ * (fewer workers than asked when pthread_create fails: still correct). stop joins and frees. */
+ember_status ember__cpu_pool_start(ember__cpu_state *s);
+void ember__cpu_pool_stop(ember__cpu_state *s);
+/* The context's reusable scratch region of at least `bytes` (64-byte aligned), held until
+ * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
+void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
+void ember__cpu_scratch_put(ember__cpu_state *s);
+/* The tier chosen at init (scalar without kernel state). */
+ember__qtier ember__cpu_tier(const ember__cpu_state *s);
+
+/* Peak microbenchmarks (bench only): register-only loops; return the int8 ops done. Call the AMX
+ * one only where ember__qtier_available(EMBER__QT_AMX). */
+double ember__qpeak_amx(int64_t iters);
+double ember__qpeak_vnni(int64_t iters);
+
+/* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
+ * sums per K chunk (kc % 64 == 0 or nch == 1) into rs. src NULL: a zero padding row. */
+void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
+                          int8_t *dst, int64_t pstride, int32_t *rs);
 
 /* Shared epilogue helper: the scale of B for chunk c, column j. */
 static inline float ember__qpack_scale(const ember__qpack *p, int64_t c, int64_t j) {

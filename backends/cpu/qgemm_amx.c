@@ -39,19 +39,18 @@ static void tile_config(int ks) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
 }
 
-/* 4-bit panel (two 16-column panels) -> the 8-bit layout [2][kp/4][64] (still biased by 8) */
+/* 4-bit 32-column panel -> the 8-bit layout [kp/4][2][64] (still biased by 8) */
 static void unpack_panel(const ember__qpack *p, int64_t j, uint8_t *dst) {
     const int64_t kp = p->kp;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *src = p->b + (j / 16 + h) * (kp / 8) * 64;
-        uint8_t *d = dst + (int64_t)h * (kp / 4) * 64;
-        for (int64_t r = 0; r < kp / 8; r++) {
-            __m512i v = _mm512_load_si512(src + r * 64);
-            _mm512_store_si512(d + 2 * r * 64, _mm512_and_si512(v, m4));
-            _mm512_store_si512(d + (2 * r + 1) * 64, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    const uint8_t *src = p->b + (j / 32) * (kp / 8) * 128;
+    for (int64_t r = 0; r < kp / 8; r++)
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
+            _mm512_store_si512(dst + 2 * r * 128 + h * 64, _mm512_and_si512(v, m4));
+            _mm512_store_si512(dst + (2 * r + 1) * 128 + h * 64,
+                               _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
         }
-    }
 }
 
 /* One 32 x 32 block, one K chunk [k0, k1), int32 sums into out[32][32]. */
@@ -63,23 +62,23 @@ static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, co
     _tile_zero(3);
     if (ks == 64) {
         for (int64_t k = k0; k < k1; k += 64) {
-            _tile_loadd(4, a0 + k * 16, 64);
-            _tile_loadd(6, b0 + k * 16, 64);
+            _tile_loadd(4, a0 + k * 32, 64);
+            _tile_loadd(6, b0 + k * 32, 128);
             _tile_dpbsud(0, 4, 6);
-            _tile_loadd(7, b1 + k * 16, 64);
+            _tile_loadd(7, b1 + k * 32, 128);
             _tile_dpbsud(1, 4, 7);
-            _tile_loadd(5, a1 + k * 16, 64);
+            _tile_loadd(5, a1 + k * 32, 64);
             _tile_dpbsud(2, 5, 6);
             _tile_dpbsud(3, 5, 7);
         }
     } else {
         for (int64_t k = k0; k < k1; k += 32) {
             /* A blocks are 64 wide: the 32-k half sits at column offset k % 64 */
-            const int64_t ao = (k / 64) * 1024 + (k % 64);
+            const int64_t ao = (k / 64) * 2048 + (k % 64);
             _tile_loadd(4, a0 + ao, 64);
-            _tile_loadd(6, b0 + k * 16, 64);
+            _tile_loadd(6, b0 + k * 32, 128);
             _tile_dpbsud(0, 4, 6);
-            _tile_loadd(7, b1 + k * 16, 64);
+            _tile_loadd(7, b1 + k * 32, 128);
             _tile_dpbsud(1, 4, 7);
             _tile_loadd(5, a1 + ao, 64);
             _tile_dpbsud(2, 5, 6);
@@ -109,20 +108,20 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0, *b1;
         if (p->bits == 8) {
-            b0 = p->b + (j / 16) * (kp / 4) * 64;
-            b1 = b0 + (kp / 4) * 64;
+            b0 = p->b + (j / 32) * (kp / 4) * 128;
+            b1 = b0 + 64;
         } else {
             unpack_panel(p, j, unp);
             b0 = unp;
-            b1 = unp + (kp / 4) * 64;
+            b1 = unp + 64;
         }
         const int64_t nv = p->n - j;
         const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
         const __mmask16 k1m =
             (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
         for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
-            const int8_t *a0 = jb->a + (i / 16) * (kp / 64) * 1024;
-            const int8_t *a1 = a0 + (kp / 64) * 1024;
+            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a1 = a0 + 1024;
             const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
             for (int64_t c = 0; c < nch; c++) {
                 tile_block(a0, a1, b0, b1, c * kc, (c + 1) * kc, ks, buf);
@@ -173,6 +172,87 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                     _mm512_mask_storeu_ps(o, k0m, _mm512_load_ps(facc + r * 32));
                     _mm512_mask_storeu_ps(o + 16, k1m, _mm512_load_ps(facc + r * 32 + 16));
                 }
+        }
+    }
+    _tile_release();
+}
+
+/* Register-only TDPBSSD loop for the peak microbenchmark: returns the int8 ops done (2 per MAC). */
+double ember__qpeak_amx(int64_t iters) {
+    static const int8_t zeros[1024] __attribute__((aligned(64))) = {0};
+    tile_config(64);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t it = 0; it < iters; it++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_release();
+    return (double)iters * 4.0 * 16 * 16 * 64 * 2;
+}
+
+/* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
+ * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
+ * VNNI kernel is bound by its multiplies. */
+void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                            int thread) {
+    (void)thread;
+    (void)i1;
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp;
+    const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
+    int32_t buf[16 * 32] __attribute__((aligned(64)));
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows;
+    cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
+    cfg.rows[6] = cfg.rows[7] = 16;
+    cfg.colsb[6] = cfg.colsb[7] = 64;
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+    const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
+    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
+        const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
+        _tile_zero(0);
+        _tile_zero(1);
+        for (int64_t k = 0; k < kp; k += 64) {
+            _tile_loadd(4, a0 + k * 32, 64);
+            _tile_loadd(6, b0 + k * 32, 128);
+            _tile_dpbsud(0, 4, 6);
+            _tile_loadd(7, b0 + k * 32 + 64, 128);
+            _tile_dpbsud(1, 4, 7);
+        }
+        _tile_stored(0, buf, 128);
+        _tile_stored(1, buf + 16, 128);
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const float *sb = (const float *)p->sb + j;
+        const __m512 s0 = _mm512_loadu_ps(sb), s1 = _mm512_loadu_ps(sb + 16);
+        for (int r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i]);
+            __m512i x0 = _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr);
+            __m512i x1 = _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr);
+            if (jb->c32) {
+                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j, k0m, x0);
+                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j + 16, k1m, x1);
+                continue;
+            }
+            __m512 sar = _mm512_set1_ps(jb->sa[i]);
+            float *o = jb->c + i * jb->ldc + j;
+            _mm512_mask_storeu_ps(o, k0m, _mm512_mul_ps(_mm512_cvtepi32_ps(x0), _mm512_mul_ps(sar, s0)));
+            _mm512_mask_storeu_ps(o + 16, k1m,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(x1), _mm512_mul_ps(sar, s1)));
         }
     }
     _tile_release();

@@ -46,9 +46,9 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 acc[r][q] = _mm256_setzero_si256();
         const int64_t k0 = c * kc, k1 = k0 + kc;
         if (p->bits == 8) {
-            const uint8_t *b = p->b + (j / 16) * (kp / 4) * 64;
+            const uint8_t *b = p->b + (j / 32) * (kp / 4) * 128 + ((j % 32) / 16) * 64;
             for (int64_t kk = k0; kk < k1; kk += 4) {
-                const uint8_t *row = b + kk * 16;
+                const uint8_t *row = b + kk * 32;
                 __m256i aw[2];
                 for (int r = 0; r < MR; r++)
                     aw[r] = a_words(a + r * kp + kk);
@@ -60,9 +60,9 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 }
             }
         } else {
-            const uint8_t *b = p->b + (j / 16) * (kp / 8) * 64;
+            const uint8_t *b = p->b + (j / 32) * (kp / 8) * 128 + ((j % 32) / 16) * 64;
             for (int64_t kk = k0; kk < k1; kk += 8) {
-                const uint8_t *row = b + kk * 8;
+                const uint8_t *row = b + kk * 16;
                 __m256i al[2], ah[2];
                 for (int r = 0; r < MR; r++) {
                     al[r] = a_words(a + r * kp + kk);

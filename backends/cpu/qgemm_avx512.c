@@ -8,6 +8,15 @@
 
 #define EMBER__INLINE static inline __attribute__((always_inline))
 
+/* lanes [0, nv) of 16 */
+EMBER__INLINE __mmask16 tail_mask(int64_t nv) {
+    if (nv >= 16)
+        return (__mmask16)0xffff;
+    if (nv <= 0)
+        return (__mmask16)0;
+    return (__mmask16)((1u << (unsigned)nv) - 1u);
+}
+
 EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
         return _mm512_cvtph_ps(
@@ -23,7 +32,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     __m512 facc[6][2];
-    __m512i acc[6][2];
+    __m512i acc[6][2], acch[3][2];
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
         facc[r][0] = facc[r][1] = _mm512_setzero_ps();
@@ -32,13 +41,14 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++)
             acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+        for (int r = 0; r < 3; r++)
+            acch[r][0] = acch[r][1] = _mm512_setzero_si512();
         const int64_t k0 = c * kc, k1 = k0 + kc;
         if (p->bits == 8) {
-            const uint8_t *b0 = p->b + (j / 16) * (kp / 4) * 64;
-            const uint8_t *b1 = b0 + (kp / 4) * 64;
+            const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
             for (int64_t kk = k0; kk < k1; kk += 4) {
-                __m512i v0 = _mm512_load_si512(b0 + kk * 16);
-                __m512i v1 = _mm512_load_si512(b1 + kk * 16);
+                __m512i v0 = _mm512_load_si512(b0 + kk * 32);
+                __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
                     int32_t w;
@@ -49,11 +59,10 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 }
             }
         } else {
-            const uint8_t *b0 = p->b + (j / 16) * (kp / 8) * 64;
-            const uint8_t *b1 = b0 + (kp / 8) * 64;
+            const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             for (int64_t kk = k0; kk < k1; kk += 8) {
-                __m512i w0 = _mm512_load_si512(b0 + kk * 8);
-                __m512i w1 = _mm512_load_si512(b1 + kk * 8);
+                __m512i w0 = _mm512_load_si512(b0 + kk * 16);
+                __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
                 __m512i l0 = _mm512_and_si512(w0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
                 __m512i l1 = _mm512_and_si512(w1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
 #pragma GCC unroll 6
@@ -64,16 +73,26 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
                     acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], l0, y0);
                     acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], l1, y0);
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], h0, y1);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], h1, y1);
+                    if (MR <= 3) { /* decode rows: two chains per column half hide the latency */
+                        acch[r][0] = _mm512_dpbusd_epi32(acch[r][0], h0, y1);
+                        acch[r][1] = _mm512_dpbusd_epi32(acch[r][1], h1, y1);
+                    } else {
+                        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], h0, y1);
+                        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], h1, y1);
+                    }
                 }
             }
+            if (MR <= 3)
+#pragma GCC unroll 6
+                for (int r = 0; r < MR; r++) {
+                    acc[r][0] = _mm512_add_epi32(acc[r][0], acch[r][0]);
+                    acc[r][1] = _mm512_add_epi32(acc[r][1], acch[r][1]);
+                }
         }
         if (jb->c32) {
             /* exact int32 out (single chunk) */
             const int64_t nv = p->n - j;
-            __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << (nv > 0 ? nv : 0)) - 1);
-            __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+            const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
 #pragma GCC unroll 6
             for (int r = 0; r < MR; r++) {
                 __m512i corr = _mm512_set1_epi32(p->bias * rs[r * nch + c]);
@@ -95,8 +114,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         }
     }
     const int64_t nv = p->n - j;
-    __mmask16 k0m = nv >= 16 ? 0xffff : (__mmask16)((1u << (nv > 0 ? nv : 0)) - 1);
-    __mmask16 k1m = nv >= 32 ? 0xffff : (nv > 16 ? (__mmask16)((1u << (nv - 16)) - 1) : 0);
+    const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
         float *o = jb->c + (i + r) * jb->ldc + j;
@@ -125,6 +143,155 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             int mr = r >= 6 ? 6 : (int)r;
             /* prefer 4 + 4 over 6 + 2 at the tail: same work, fewer registers spilled */
             fns[mr](jb, i, j);
+            i += mr;
+        }
+}
+
+/* Register-only VPDPBUSD zmm loop for the peak microbenchmark: returns the int8 ops done. */
+double ember__qpeak_vnni(int64_t iters) {
+    __m512i acc[12];
+    for (int r = 0; r < 12; r++)
+        acc[r] = _mm512_set1_epi32(r);
+    __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(2);
+    for (int64_t it = 0; it < iters; it++) {
+#pragma GCC unroll 12
+        for (int r = 0; r < 12; r++)
+            acc[r] = _mm512_dpbusd_epi32(acc[r], x, y);
+        __asm__ volatile("" : "+v"(x));
+    }
+    int32_t out[16];
+    __m512i s = acc[0];
+    for (int r = 1; r < 12; r++)
+        s = _mm512_add_epi32(s, acc[r]);
+    _mm512_storeu_si512(out, s);
+    __asm__ volatile("" : : "r"(out[0]) : "memory");
+    return (double)iters * 12.0 * 64 * 2;
+}
+
+/* One row of A into the packed buffer: 64-byte pieces (piece q, values [64q, 64q + 64), zeros past
+ * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64,
+ * or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
+void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
+                          int8_t *dst, int64_t pstride, int32_t *rs) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const int64_t per = nch == 1 ? kp / 64 : kc / 64; /* pieces per chunk */
+    int64_t q = 0;
+    for (int64_t c = 0; c < nch; c++) {
+        __m512i acc = _mm512_setzero_si512();
+        int64_t nvals = 0;
+        for (int64_t e = 0; e < per; e++, q++) {
+            const int64_t k0 = q * 64;
+            __m512i v;
+            if (!src || k0 >= k) {
+                v = zero;
+            } else if (k - k0 >= 64) {
+                v = _mm512_loadu_si512(src + k0);
+                nvals += 64;
+            } else {
+                v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
+                nvals += k - k0;
+            }
+            _mm512_storeu_si512(dst + q * pstride, v);
+            acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
+        }
+        /* the sad sums counted every zero-padded byte as 128 too */
+        rs[c] = (int32_t)(_mm512_reduce_add_epi64(acc) - 128 * per * 64);
+        (void)nvals;
+    }
+}
+
+/* ---- direct kernel: int8 B read as it is stored (row-major), no packing ----
+ * For a first call with few rows: the products of two B rows k, k+1 and the A pair
+ * (a[k], a[k+1]) are formed with VPMADDWD on sign-extended words (exact), 64 columns a step.
+ * unpacklo/hi_epi16 work per 128-bit lane, so accumulator lo holds columns 8L..8L+3 in lane L and
+ * hi columns 8L+4..8L+7; one permutation per output block restores the order. */
+
+/* rows [i, i + MR), columns [j, j + 64) (tail masked), whole K */
+EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, const int MR) {
+    const int64_t k = d->k, n = d->n;
+    const int64_t nv = n - j < 64 ? n - j : 64;
+    const __mmask64 lm = nv >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nv) - 1);
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+        acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512();
+    const int8_t *b = d->b + j;
+    int64_t kk = 0;
+    for (; kk + 2 <= k; kk += 2) {
+        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
+        __m512i r1 = _mm512_maskz_loadu_epi8(lm, b + (kk + 1) * d->ldb);
+        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
+        __m512i w1 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r1));
+        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
+        __m512i v1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r1, 1));
+        __m512i p0 = _mm512_unpacklo_epi16(w0, w1), p1 = _mm512_unpackhi_epi16(w0, w1);
+        __m512i p2 = _mm512_unpacklo_epi16(v0, v1), p3 = _mm512_unpackhi_epi16(v0, v1);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            const int8_t *a = d->a + (i + r) * d->lda + kk;
+            uint32_t pair = (uint32_t)(uint16_t)(int16_t)a[0] | ((uint32_t)(uint16_t)(int16_t)a[1] << 16);
+            __m512i x = _mm512_set1_epi32((int32_t)pair);
+            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
+            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
+            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
+            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
+        }
+    }
+    if (kk < k) { /* the odd last row, paired with zeros */
+        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
+        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
+        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
+        const __m512i z = _mm512_setzero_si512();
+        __m512i p0 = _mm512_unpacklo_epi16(w0, z), p1 = _mm512_unpackhi_epi16(w0, z);
+        __m512i p2 = _mm512_unpacklo_epi16(v0, z), p3 = _mm512_unpackhi_epi16(v0, z);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            __m512i x = _mm512_set1_epi32((int32_t)(uint32_t)(uint16_t)(int16_t)d->a[(i + r) * d->lda + kk]);
+            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
+            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
+            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
+            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
+        }
+    }
+    /* lane L of lo: columns 8L..8L+3, of hi: 8L+4..8L+7 -> columns 0..15 and 16..31 */
+    const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i ib = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++) {
+        __m512i c[4] = {_mm512_permutex2var_epi32(acc[r][0], ia, acc[r][1]),
+                        _mm512_permutex2var_epi32(acc[r][0], ib, acc[r][1]),
+                        _mm512_permutex2var_epi32(acc[r][2], ia, acc[r][3]),
+                        _mm512_permutex2var_epi32(acc[r][2], ib, acc[r][3])};
+        for (int q = 0; q < 4; q++) {
+            const __mmask16 m = tail_mask(nv - 16 * q);
+            if (!m)
+                break;
+            if (d->c32) {
+                _mm512_mask_storeu_epi32(d->c32 + (i + r) * d->ldc + j + 16 * q, m, c[q]);
+                continue;
+            }
+            __m512 s = _mm512_mul_ps(_mm512_set1_ps(d->sa ? d->sa[i + r] : 1.0f),
+                                     d->sb ? _mm512_maskz_loadu_ps(m, d->sb + j + 16 * q)
+                                           : _mm512_set1_ps(1.0f));
+            _mm512_mask_storeu_ps(d->c + (i + r) * d->ldc + j + 16 * q, m,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(c[q]), s));
+        }
+    }
+}
+
+static void dmicro1(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 1); }
+static void dmicro2(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 2); }
+static void dmicro3(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 3); }
+static void dmicro4(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 4); }
+
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
+    static void (*const fns[5])(const ember__qdirect *, int64_t, int64_t) = {NULL, dmicro1, dmicro2,
+                                                                            dmicro3, dmicro4};
+    for (int64_t j = j0; j < j1 && j < d->n; j += 64)
+        for (int64_t i = 0; i < d->m;) {
+            int64_t r = d->m - i;
+            int mr = r >= 4 ? 4 : (int)r;
+            fns[mr](d, i, j);
             i += mr;
         }
 }

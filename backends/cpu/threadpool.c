@@ -1,62 +1,200 @@
-/* backends/cpu/threadpool.c: parallel-for over the CPU backend's threads.
- * First version: threads are started per call (correct, not the fastest); the int8 kernels issue
- * replaces this with a persistent pool per context behind the same interface. */
+/* backends/cpu/threadpool.c: a persistent pthread pool per context behind ember__cpu_parallel_for.
+ *
+ * cpu_init starts num_threads - 1 workers (ember__cpu_pool_start); cpu_shutdown joins them
+ * (ember__cpu_pool_stop). A parallel_for publishes the job under the pool mutex, bumps the job
+ * generation and wakes the workers; tasks are handed out through an atomic counter, the calling
+ * thread takes part, and the caller returns once every worker has left the job. Idle workers spin
+ * briefly on the generation (decode-sized calls come back to back) and then sleep on a condition
+ * variable. One job runs at a time: a call made while the pool is busy (another application thread
+ * on the same context) runs its tasks inline on the calling thread, which is always correct.
+ * Without a pool (start failed or one thread) every call runs inline. */
+#include <sched.h>
 #include <stdatomic.h>
 
 #include "cpu_backend.h"
+#include "qgemm.h"
 
-typedef struct job {
+#define POOL_MAX 256
+#define SPIN_ITERS 1000 /* pauses (~40 us) before sleeping: other libraries share the cores */
+
+typedef struct pool pool;
+typedef struct worker_ctx {
+    pool *p;
+    int thread;
+} worker_ctx;
+
+struct pool {
+    pthread_mutex_t mu, busy;
+    pthread_cond_t wake;
+    pthread_t th[POOL_MAX];
+    worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
+                                the allocator's live count must not move behind the caller) */
+    int nworkers;
+    int stop;
+    ember__qtier tier; /* the int8 tier of this context */
+    /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
+     * large allocations are mmap'd and page-faulted on every call, which costs more than a small
+     * matmul itself */
+    pthread_mutex_t scratch_mu;
+    void *scratch;
+    size_t scratch_bytes;
+    atomic_uint gen;     /* bumped per job */
+    atomic_int pending;  /* workers still inside the current job */
+    /* the current job */
     ember__task_fn fn;
     void *arg;
     int64_t n;
     atomic_llong next;
-} job;
+};
 
-typedef struct worker {
-    job *j;
-    int thread;
-} worker;
-
-static void run_tasks(job *j, int thread) {
+static void run_tasks(pool *p, int thread) {
     for (;;) {
-        int64_t t = atomic_fetch_add(&j->next, 1);
-        if (t >= j->n)
+        int64_t t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
+        if (t >= p->n)
             return;
-        j->fn(j->arg, t, thread);
+        p->fn(p->arg, t, thread);
     }
 }
 
-static void *worker_main(void *p) {
-    worker *w = p;
-    run_tasks(w->j, w->thread);
-    return NULL;
+
+static void *worker_main(void *v) {
+    const worker_ctx *w = v;
+    pool *p = w->p;
+    const int thread = w->thread;
+    unsigned seen = 0; /* the generation at start: jobs may be published before this thread runs */
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+               spins < SPIN_ITERS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            spins++;
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
+                pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (g == seen) /* stop */
+            return NULL;
+        seen = g;
+        if (p->stop) {
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+            return NULL;
+        }
+        run_tasks(p, thread);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+ember_status ember__cpu_pool_start(ember__cpu_state *s) {
+    int nw = s->num_threads - 1;
+    if (nw > POOL_MAX)
+        nw = POOL_MAX;
+    s->kernels = NULL;
+    if (nw < 0)
+        nw = 0;
+    pool *p = ember__calloc(1, sizeof *p);
+    EMBER_FAIL_IF(!p, EMBER_ERR_OUT_OF_MEMORY, "cpu backend: no memory for the thread pool");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->busy, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_mutex_init(&p->scratch_mu, NULL);
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->next, 0);
+    p->tier = ember__qtier_select(s->max_isa);
+    for (int i = 0; i < nw; i++) {
+        p->wc[i].p = p;
+        p->wc[i].thread = i + 1;
+        if (pthread_create(&p->th[i], NULL, worker_main, &p->wc[i]) != 0)
+            break;
+        p->nworkers = i + 1;
+    }
+    s->kernels = p;
+    return EMBER_OK;
+}
+
+void ember__cpu_pool_stop(ember__cpu_state *s) {
+    pool *p = s ? s->kernels : NULL;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_join(p->th[i], NULL);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->scratch_mu);
+    ember__aligned_free(p->scratch);
+    pthread_mutex_destroy(&p->busy);
+    ember__free(p);
+    s->kernels = NULL;
+}
+
+static void run_inline(int64_t n_tasks, ember__task_fn fn, void *arg) {
+    for (int64_t t = 0; t < n_tasks; t++)
+        fn(arg, t, 0);
 }
 
 void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_fn fn, void *arg) {
-    int nt = s ? s->num_threads : 1;
-    if (nt > n_tasks)
-        nt = (int)n_tasks;
-    job j = {.fn = fn, .arg = arg, .n = n_tasks};
-    atomic_init(&j.next, 0);
-    if (nt <= 1) {
-        run_tasks(&j, 0);
+    pool *p = s ? s->kernels : NULL;
+    if (n_tasks <= 1 || !p || p->nworkers == 0 || pthread_mutex_trylock(&p->busy) != 0) {
+        run_inline(n_tasks, fn, arg);
         return;
     }
-    pthread_t th[64];
-    worker w[64];
-    if (nt > 64)
-        nt = 64;
-    int started = 0;
-    for (int i = 1; i < nt; i++) {
-        w[i].j = &j;
-        w[i].thread = i;
-        if (pthread_create(&th[i], NULL, worker_main, &w[i]) != 0)
-            break; /* fewer threads: the tasks still all run */
-        started = i;
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->n = n_tasks;
+    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->pending, p->nworkers, memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    run_tasks(p, 0);
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+        if (++spins > SPIN_ITERS)
+            sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+        else
+            __builtin_ia32_pause();
+#endif
     }
-    run_tasks(&j, 0);
-    for (int i = 1; i <= started; i++)
-        pthread_join(th[i], NULL);
+    pthread_mutex_unlock(&p->busy);
+}
+
+void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
+    pool *p = s ? s->kernels : NULL;
+    if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
+        return NULL;
+    if (p->scratch_bytes < bytes) {
+        ember__aligned_free(p->scratch);
+        p->scratch = ember__aligned_alloc(bytes);
+        p->scratch_bytes = p->scratch ? bytes : 0;
+    }
+    if (!p->scratch) {
+        pthread_mutex_unlock(&p->scratch_mu);
+        return NULL;
+    }
+    return p->scratch;
+}
+
+void ember__cpu_scratch_put(ember__cpu_state *s) {
+    pool *p = s->kernels;
+    pthread_mutex_unlock(&p->scratch_mu);
+}
+
+ember__qtier ember__cpu_tier(const ember__cpu_state *s) {
+    const pool *p = s ? s->kernels : NULL;
+    return p ? p->tier : EMBER__QT_SCALAR;
 }
 
 ember__cpu_state *ember__cpu_state_of(const ember_context *ctx) {

@@ -118,9 +118,10 @@ static ember_status launch_ptx(ember__cl_state *s, int dev, const char *kernel, 
     return EMBER_OK;
 }
 
-/* The generic path's run (last real row of ember__cl_qpaths). */
+/* The generic path's run (the last path of ember__cl_qpath_at). */
 static ember_status run_fallback(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
-    for (const ember__cl_qpath *p = ember__cl_qpaths; p->name; p++)
+    const ember__cl_qpath *p;
+    for (size_t i = 0; (p = ember__cl_qpath_at(i)) != NULL; i++)
         if (strcmp(p->name, "generic") == 0)
             return p->run(s, dev, q);
     EMBER_FAIL(EMBER_ERR_INVALID_ARGUMENT, "q_matmul: no generic OpenCL path");
@@ -263,3 +264,10 @@ ember_status ember__cl_run_mma(ember__cl_state *s, int dev, const ember__cl_qgem
 ember_status ember__cl_run_wgmma(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
     return run_tc(s, dev, q, 1);
 }
+
+/* The two paths, plugged into cl_qmatmul.c's list through its weak references. They take the
+ * per-tensor epilogue only: per-row / per-column scales go to the generic path (per_channel 0). */
+const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90a", ember__cl_has_wgmma,
+                                               ember__cl_run_wgmma, 0};
+const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ember__cl_has_mma,
+                                             ember__cl_run_mma, 0};

@@ -1,5 +1,5 @@
-/* backends/opencl/cl_qmatmul_mma.h (private): the NVIDIA tensor-core rows of ember__cl_qpaths[]
- * (cl_qmatmul.c). cl_qmatmul_mma.c documents detection and what one call runs. */
+/* backends/opencl/cl_qmatmul_mma.h (private): the NVIDIA tensor-core paths (ember__cl_qpath_wgmma,
+ * ember__cl_qpath_mma) of cl_qmatmul.c. cl_qmatmul_mma.c documents detection and one call. */
 #ifndef EMBER_CL_QMATMUL_MMA_H
 #define EMBER_CL_QMATMUL_MMA_H
 

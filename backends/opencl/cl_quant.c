@@ -31,7 +31,10 @@ static qfacts facts_of(const ember_qscheme *s) {
     qfacts f;
     memset(&f, 0, sizeof f);
     f.bits = vi->bits;
-    f.vkind = s->value == EMBER_E4M3 ? 1 : s->value == EMBER_E5M2 ? 2 : s->value == EMBER_E2M1 ? 3 : 0;
+    f.vkind = s->value == EMBER_E4M3   ? 1
+              : s->value == EMBER_E5M2 ? 2
+              : s->value == EMBER_E2M1 ? 3
+                                       : 0;
     f.qa = (int)vi->lo;
     f.qb = (int)vi->hi;
     f.per = ember__qstore_per_unit(s);
@@ -59,6 +62,16 @@ static void block_geometry(const ember_qscheme *s, int rank, const int64_t *shap
     *nblocks = nb;
 }
 
+/* The index mode of kernels/quant.cl: 0 per-tensor, 1 blocks along the last axis only, 2 any. */
+static cl_int block_mode(const ember_qscheme *s, int rank, const cl_long8 *block) {
+    if (s->block_rank == 0)
+        return 0;
+    for (int d = 0; d < rank - 1; d++)
+        if (block->s[d] != 1)
+            return 2;
+    return 1;
+}
+
 /* ---- quantize ---- */
 
 static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor *x,
@@ -69,7 +82,7 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
     cl_long8 block, grid, shape;
     size_t nb;
     block_geometry(sc, q->rank, q->shape, &block, &grid, &shape, &nb);
-    cl_int rank = q->rank;
+    cl_int rank = q->rank, bmode = block_mode(sc, q->rank, &block);
     cl_mem X = ember__cl_mem(x), Q = ember__cl_mem(q);
 
     /* 1. alpha and the non-finite flag per block */
@@ -77,17 +90,48 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
         int *bad = (int *)(void *)(raw + nb); /* raw holds 2*nb words */
         EMBER_TRY(ember__cl_temp(s, dev, "quantize", nb * sizeof(float), NULL, &tmp[0]));
         EMBER_TRY(ember__cl_temp(s, dev, "quantize", nb * sizeof(cl_int), NULL, &tmp[1]));
-        size_t l = 64; /* a power of two: the reduction halves it */
-        while (l > s->dev[dev].max_wg)
-            l /= 2;
-        const ember__cl_arg args[] = {EMBER_CL_ARG(X),     EMBER_CL_ARG(tmp[0]),
-                                      EMBER_CL_ARG(tmp[1]), EMBER_CL_ARG(rank),
-                                      EMBER_CL_ARG(shape), EMBER_CL_ARG(block),
-                                      EMBER_CL_ARG(grid),  EMBER_CL_LOCAL(l * sizeof(float)),
-                                      EMBER_CL_LOCAL(l * sizeof(cl_int))};
-        size_t gsz = nb * l;
-        EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_absmax", 9, args, 1, &gsz,
-                                   &l));
+        size_t bn = 1; /* elements per block */
+        for (int d = 0; d < q->rank; d++)
+            bn *= (size_t)block.s[d];
+        const cl_uint zero = 0;
+        EMBER_CL_TRY("quantize", "clEnqueueFillBuffer", dev,
+                     clEnqueueFillBuffer(s->dev[dev].queue, tmp[0], &zero, sizeof zero, 0,
+                                         nb * sizeof(float), 0, NULL, NULL));
+        EMBER_CL_TRY("quantize", "clEnqueueFillBuffer", dev,
+                     clEnqueueFillBuffer(s->dev[dev].queue, tmp[1], &zero, sizeof zero, 0,
+                                         nb * sizeof(cl_int), 0, NULL, NULL));
+        if (ember__cl_gemm_rows(s, dev, 0)) { /* CPU devices: a contiguous chunk per item */
+            cl_long chunk = 16384, gpb = (cl_long)((bn + 16383) / 16384);
+            cl_long nchunks = (cl_long)nb * gpb;
+            const ember__cl_arg args[] = {
+                EMBER_CL_ARG(X),       EMBER_CL_ARG(tmp[0]), EMBER_CL_ARG(tmp[1]),
+                EMBER_CL_ARG(nchunks), EMBER_CL_ARG(gpb),    EMBER_CL_ARG(chunk),
+                EMBER_CL_ARG(bmode),   EMBER_CL_ARG(rank),   EMBER_CL_ARG(shape),
+                EMBER_CL_ARG(block),   EMBER_CL_ARG(grid)};
+            size_t gsz = (size_t)nchunks;
+            EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_absmax_seq", 11, args, 1,
+                                       &gsz, NULL));
+        } else {          /* a work-group per chunk, interleaved items, a local reduction */
+            size_t l = 1; /* a power of two (the reduction halves it), up to 256 */
+            while (l < 256 && l < bn && l * 2 <= s->dev[dev].max_wg)
+                l *= 2;
+            cl_long chunk = (cl_long)l * 16, gpb = ((cl_long)bn + chunk - 1) / chunk;
+            const ember__cl_arg args[] = {EMBER_CL_ARG(X),
+                                          EMBER_CL_ARG(tmp[0]),
+                                          EMBER_CL_ARG(tmp[1]),
+                                          EMBER_CL_ARG(gpb),
+                                          EMBER_CL_ARG(chunk),
+                                          EMBER_CL_ARG(bmode),
+                                          EMBER_CL_ARG(rank),
+                                          EMBER_CL_ARG(shape),
+                                          EMBER_CL_ARG(block),
+                                          EMBER_CL_ARG(grid),
+                                          EMBER_CL_LOCAL(l * sizeof(float)),
+                                          EMBER_CL_LOCAL(l * sizeof(cl_int))};
+            size_t gsz = nb * (size_t)gpb * l;
+            EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_absmax_wg", 12, args, 1,
+                                       &gsz, &l));
+        }
         EMBER_TRY(ember__cl_read(s, dev, "quantize", tmp[0], 0, raw, nb * sizeof(float)));
         EMBER_TRY(ember__cl_read(s, dev, "quantize", tmp[1], 0, bad, nb * sizeof(cl_int)));
         for (size_t b = 0; b < nb; b++) {
@@ -106,8 +150,8 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
 
     /* 2. the scales, on the host */
     if (scales) {
-        EMBER_TRY(ember__cl_read(s, dev, "quantize", ember__cl_mem(scales), 0, raw,
-                                 nb * sizeof(float)));
+        EMBER_TRY(
+            ember__cl_read(s, dev, "quantize", ember__cl_mem(scales), 0, raw, nb * sizeof(float)));
     } else {
         const ember__qvalue_info *vi = ember__qvalue_get_info(sc->value);
         for (size_t b = 0; b < nb; b++)
@@ -131,15 +175,19 @@ static ember_status quantize_run(ember__cl_state *s, int dev, const ember_tensor
     cl_long rows = (cl_long)(x->numel / (size_t)L);
     cl_long U = (L + f.per - 1) / f.per;
     cl_int per = f.per, bits = f.bits, ub = f.unit_bytes, vk = f.vkind, qa = f.qa, qb = f.qb;
-    const ember__cl_arg args[] = {
-        EMBER_CL_ARG(X),    EMBER_CL_ARG(Q),    EMBER_CL_ARG(tmp[2]), EMBER_CL_ARG(rows),
-        EMBER_CL_ARG(L),    EMBER_CL_ARG(U),    EMBER_CL_ARG(per),    EMBER_CL_ARG(bits),
-        EMBER_CL_ARG(ub),   EMBER_CL_ARG(vk),   EMBER_CL_ARG(qa),     EMBER_CL_ARG(qb),
-        EMBER_CL_ARG(rank), EMBER_CL_ARG(shape), EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
+    const ember__cl_arg args[] = {EMBER_CL_ARG(X),     EMBER_CL_ARG(Q),    EMBER_CL_ARG(tmp[2]),
+                                  EMBER_CL_ARG(rows),  EMBER_CL_ARG(L),    EMBER_CL_ARG(U),
+                                  EMBER_CL_ARG(per),   EMBER_CL_ARG(bits), EMBER_CL_ARG(ub),
+                                  EMBER_CL_ARG(vk),    EMBER_CL_ARG(qa),   EMBER_CL_ARG(qb),
+                                  EMBER_CL_ARG(bmode), EMBER_CL_ARG(rank), EMBER_CL_ARG(shape),
+                                  EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
     size_t l = s->dev[dev].max_wg >= 256 ? 256 : s->dev[dev].max_wg;
     size_t gsz = ember__cl_round_up((size_t)(rows * U), l);
-    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant", "", "q_quantize", 16, args, 1, &gsz,
-                               &l));
+    EMBER_TRY(ember__cl_launch(s, dev, "quantize", "quant",
+                               s->soft_div == 2 ? "-DEMBER_SOFT_DIV=1 -DEMBER_SOFT_DIV_TEST=1"
+                               : s->soft_div    ? "-DEMBER_SOFT_DIV=1"
+                                                : "",
+                               "q_quantize", 17, args, 1, &gsz, &l));
     return EMBER_OK;
 }
 
@@ -183,18 +231,19 @@ static ember_status dequantize_f32(ember__cl_state *s, int dev, const ember_tens
     cl_long U = (L + f.per - 1) / f.per;
     cl_int per = f.per, bits = f.bits, ub = f.unit_bytes, vk = f.vkind;
     cl_long soff = (cl_long)q->q.scales_offset;
-    cl_int sdt = (cl_int)ember__qscheme_scale_dtype(sc), ssize = (cl_int)ember__scale_dtype_size(ember__qscheme_scale_dtype(sc));
+    cl_int sdt = (cl_int)ember__qscheme_scale_dtype(sc),
+           ssize = (cl_int)ember__scale_dtype_size(ember__qscheme_scale_dtype(sc));
     cl_long goff = q->q.global_bytes == 4 ? (cl_long)q->q.global_offset : -1;
-    cl_int rank = q->rank;
-    const ember__cl_arg args[] = {
-        EMBER_CL_ARG(Q),    EMBER_CL_ARG(out),   EMBER_CL_ARG(numel), EMBER_CL_ARG(L),
-        EMBER_CL_ARG(U),    EMBER_CL_ARG(per),   EMBER_CL_ARG(bits),  EMBER_CL_ARG(ub),
-        EMBER_CL_ARG(vk),   EMBER_CL_ARG(soff),  EMBER_CL_ARG(sdt),   EMBER_CL_ARG(ssize),
-        EMBER_CL_ARG(goff), EMBER_CL_ARG(rank),  EMBER_CL_ARG(shape), EMBER_CL_ARG(block),
-        EMBER_CL_ARG(grid)};
+    cl_int rank = q->rank, bmode = block_mode(sc, q->rank, &block);
+    const ember__cl_arg args[] = {EMBER_CL_ARG(Q),     EMBER_CL_ARG(out),   EMBER_CL_ARG(numel),
+                                  EMBER_CL_ARG(L),     EMBER_CL_ARG(U),     EMBER_CL_ARG(per),
+                                  EMBER_CL_ARG(bits),  EMBER_CL_ARG(ub),    EMBER_CL_ARG(vk),
+                                  EMBER_CL_ARG(soff),  EMBER_CL_ARG(sdt),   EMBER_CL_ARG(ssize),
+                                  EMBER_CL_ARG(goff),  EMBER_CL_ARG(bmode), EMBER_CL_ARG(rank),
+                                  EMBER_CL_ARG(shape), EMBER_CL_ARG(block), EMBER_CL_ARG(grid)};
     size_t l = s->dev[dev].max_wg >= 256 ? 256 : s->dev[dev].max_wg;
     size_t gsz = ember__cl_round_up(q->numel, l);
-    return ember__cl_launch(s, dev, "dequantize", "quant", "", "q_dequantize", 17, args, 1, &gsz,
+    return ember__cl_launch(s, dev, "dequantize", "quant", "", "q_dequantize", 18, args, 1, &gsz,
                             &l);
 }
 

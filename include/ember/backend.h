@@ -43,7 +43,9 @@ typedef struct ember_options {
     int enable_opencl;       /* 1 (default): enumerate OpenCL devices; 0: CPU only */
     ember_quant_propagation quant_propagation; /* burn's default: INHIBIT (float output) */
     /* Opt-in, lossy: for (F,Q) / (Q,F) q_matmul, quantize the float operand per row (Q8S) on the
-     * fly and run the integer kernel (W8A8) instead of burn's float path. 0 (default): off. */
+     * fly and run the integer kernel (W8A8) instead of burn's float path. 0 (default): off.
+     * (CPU: per row of a float lhs, per column of a float rhs, scale max|x| / 127; an operand
+     * with NaN or Inf takes burn's float path.) */
     int dynamic_activation_quant;
 } ember_options;
 

@@ -1,0 +1,462 @@
+/* bench/bench_qgemm.c: int8 matmul, ember's CPU kernels side by side with oneDNN 2.6 and OpenBLAS,
+ * in one run, interleaved (every round runs each row once, in turn), medians.
+ *
+ * Rows per shape (M x N x K) and thread count:
+ *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
+ *   ember_q8_first   the same including packing B on every call (a first call)
+ *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
+ *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
+ *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
+ *   blas_sgemm       OpenBLAS sgemm on the dequantized operands (core name printed)
+ * Ceilings measured in the same run: AMX and AVX-512 VNNI register-only peaks and the read
+ * bandwidth of a 16 MiB buffer (the L3-resident size of a 4096 x 4096 int8 weight) with the same
+ * threads; the M = 1 / 8 roofline is 2 * M ops per weight byte at that bandwidth.
+ *
+ * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K]
+ * OpenBLAS is re-executed with OPENBLAS_CORETYPE=SkylakeX when unset (it misdetects this CPU). */
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "backends/cpu/qgemm.h"
+
+#ifdef EMBER_BENCH_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+char *openblas_get_corename(void);
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---------------------------------------------------------------- ceilings */
+
+typedef struct peak_arg {
+    int which; /* 0 AMX, 1 VNNI, 2 bandwidth */
+    int64_t iters;
+    const uint8_t *buf;
+    size_t bytes;
+    double ops;
+    pthread_barrier_t *bar;
+} peak_arg;
+
+static void *peak_thread(void *p) {
+    peak_arg *a = p;
+    pthread_barrier_wait(a->bar);
+    if (a->which == 0) {
+        a->ops = ember__qpeak_amx(a->iters);
+    } else if (a->which == 1) {
+        a->ops = ember__qpeak_vnni(a->iters);
+    } else {
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t it = 0; it < a->iters; it++) {
+            const uint64_t *w = (const uint64_t *)a->buf;
+            for (size_t i = 0; i < a->bytes / 8; i += 4) {
+                s0 += w[i];
+                s1 += w[i + 1];
+                s2 += w[i + 2];
+                s3 += w[i + 3];
+            }
+        }
+        a->ops = (double)a->bytes * (double)a->iters + (double)((s0 ^ s1 ^ s2 ^ s3) & 1);
+    }
+    return NULL;
+}
+
+/* ops (or bytes) per second with nt threads */
+static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size_t bytes) {
+    pthread_t th[8];
+    peak_arg a[8];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
+    for (int t = 0; t < nt; t++) {
+        a[t] = (peak_arg){which, iters, buf ? buf + (bytes / (size_t)nt) * (size_t)t : NULL,
+                          bytes / (size_t)nt, 0, &bar};
+        pthread_create(&th[t], NULL, peak_thread, &a[t]);
+    }
+    pthread_barrier_wait(&bar);
+    double t0 = now();
+    double ops = 0;
+    for (int t = 0; t < nt; t++) {
+        pthread_join(th[t], NULL);
+        ops += a[t].ops;
+    }
+    double dt = now() - t0;
+    pthread_barrier_destroy(&bar);
+    return ops / dt;
+}
+
+/* ---------------------------------------------------------------- oneDNN */
+
+#ifdef EMBER_BENCH_HAVE_DNNL
+typedef struct dnnl_case {
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;
+    int ok;
+} dnnl_case;
+
+static dnnl_engine_t eng;
+static dnnl_stream_t strm;
+
+static int dnnl_setup(dnnl_case *d, int64_t m, int64_t n, int64_t k, int8_t *A, int8_t *B,
+                      int32_t *C, int reorder) {
+    memset(d, 0, sizeof *d);
+    dnnl_memory_desc_t amd, bmd, bany, cmd;
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    if (dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_s8, dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8, reorder ? dnnl_format_tag_any : dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_s32, dnnl_ab))
+        return 0;
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &amd, &bany, NULL, &cmd))
+        return 0;
+    dnnl_primitive_desc_t pd;
+    if (dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL))
+        return 0;
+    const dnnl_memory_desc_t *bq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_primitive_create(&d->prim, pd);
+    dnnl_memory_create(&d->a, &amd, eng, A);
+    dnnl_memory_create(&d->c, &cmd, eng, C);
+    if (reorder) {
+        dnnl_memory_t braw;
+        dnnl_memory_create(&braw, &bmd, eng, B);
+        dnnl_memory_create(&d->b, bq, eng, DNNL_MEMORY_ALLOCATE);
+        dnnl_primitive_desc_t rpd;
+        dnnl_reorder_primitive_desc_create(&rpd, &bmd, eng, bq, eng, NULL);
+        dnnl_primitive_t r;
+        dnnl_primitive_create(&r, rpd);
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, braw}, {DNNL_ARG_TO, d->b}};
+        dnnl_primitive_execute(r, strm, 2, args);
+        dnnl_stream_wait(strm);
+        dnnl_primitive_destroy(r);
+        dnnl_primitive_desc_destroy(rpd);
+        dnnl_memory_destroy(braw);
+    } else {
+        dnnl_memory_create(&d->b, &bmd, eng, B);
+    }
+    dnnl_primitive_desc_destroy(pd);
+    d->ok = 1;
+    return 1;
+}
+
+static void dnnl_run(dnnl_case *d) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->a}, {DNNL_ARG_WEIGHTS, d->b}, {DNNL_ARG_DST, d->c}};
+    dnnl_primitive_execute(d->prim, strm, 3, args);
+    dnnl_stream_wait(strm);
+}
+
+static void dnnl_free(dnnl_case *d) {
+    if (!d->ok)
+        return;
+    dnnl_primitive_destroy(d->prim);
+    dnnl_memory_destroy(d->a);
+    dnnl_memory_destroy(d->b);
+    dnnl_memory_destroy(d->c);
+}
+
+static const char *dnnl_impl(int64_t m, int64_t n, int64_t k) {
+    static char name[96];
+    dnnl_memory_desc_t amd, bany, cmd;
+    dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
+    dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_s8, dnnl_ab);
+    dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_s32, dnnl_ab);
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    snprintf(name, sizeof name, "?");
+    if (dnnl_matmul_desc_init(&md, &amd, &bany, NULL, &cmd) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) == dnnl_success) {
+        const char *s = NULL;
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s);
+        snprintf(name, sizeof name, "%s", s ? s : "?");
+        dnnl_primitive_desc_destroy(pd);
+    }
+    return name;
+}
+#endif
+
+/* ---------------------------------------------------------------- ember rows */
+
+typedef struct ember_case {
+    ember__cpu_state *s;
+    ember__qtier tier;
+    int64_t m, n, k;
+    const int8_t *A, *B, *B4;
+    const float *sa, *sb, *sb4;
+    float *C;
+    ember__qpack p8, p4;
+} ember_case;
+
+static void ember_cached(ember_case *e) {
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &e->p8, e->C, e->n);
+}
+
+static void ember_q4(ember_case *e) {
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &e->p4, e->C, e->n);
+}
+
+typedef struct s8_src {
+    const int8_t *b;
+    int64_t ldb;
+} s8_src;
+
+static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
+    const s8_src *s = src;
+    memcpy(dst, s->b + kk * s->ldb + j0, (size_t)nj);
+}
+
+static void ember_first(ember_case *e) {
+    ember__qpack p;
+    s8_src src = {e->B, e->n};
+    ember__qpack_b_mt(e->s, &p, e->k, e->n, 0, 8, s8_row, &src, e->sb);
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &p, e->C, e->n);
+    ember__qpack_free(&p);
+}
+
+/* ---------------------------------------------------------------- main */
+
+enum { R_E8, R_E8F, R_E4, R_DR, R_DP, R_BLAS, NROWS };
+static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "ember_q4_cached",
+                                       "dnnl_reordered", "dnnl_plain", "blas_sgemm"};
+
+int main(int argc, char **argv) {
+    if (!getenv("OPENBLAS_CORETYPE")) {
+        setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        execv("/proc/self/exe", argv);
+    }
+    int json = 0, quick = 0, only_threads = 0, reps_arg = 0;
+    int64_t only_m = 0, only_n = 0, only_k = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps_arg = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            long long a, b, c;
+            if (sscanf(argv[++i], "%lld,%lld,%lld", &a, &b, &c) == 3)
+                only_m = a, only_n = b, only_k = c;
+        }
+    }
+    void (*omp_set)(int) = NULL; /* oneDNN's OpenMP runtime, when loaded */
+    void *sym = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (sym)
+        memcpy(&omp_set, &sym, sizeof omp_set);
+#ifdef EMBER_BENCH_HAVE_DNNL
+    dnnl_engine_create(&eng, dnnl_cpu, 0);
+    dnnl_stream_create(&strm, eng, dnnl_stream_default_flags);
+    const int have_dnnl = 1;
+#else
+    const int have_dnnl = 0;
+#endif
+    static const int64_t shapes[][3] = {
+        {256, 256, 256},   {512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
+        {4096, 4096, 4096}, {1, 4096, 4096},   {8, 4096, 4096},    {32, 4096, 4096},
+        {128, 4096, 4096}, {512, 4096, 4096},  {128, 11008, 4096},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    ember__qtier best = ember__qtier_select(NULL);
+    char host[128] = "?";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                snprintf(host, sizeof host, "%.100s", c ? c + 2 : line);
+                host[strcspn(host, "\n")] = 0;
+                break;
+            }
+        fclose(f);
+    }
+    if (json)
+        printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, \"results\": [\n",
+               host, ember__qtier_name(best), openblas_get_corename(), have_dnnl);
+    else
+        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s\n", host,
+               ember__qtier_name(best), openblas_get_corename(),
+               have_dnnl ? "2.x linked" : "absent (rows skipped)");
+    size_t bwbytes = (size_t)16 << 20;
+    uint8_t *bwbuf = ember__aligned_alloc(bwbytes);
+    memset(bwbuf, 1, bwbytes);
+    int first_json = 1;
+    for (int nt = 1; nt <= 2; nt++) {
+        if (only_threads && nt != only_threads)
+            continue;
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.num_threads = nt;
+        ember_context *ctx = NULL;
+        if (ember_context_create(&o, &ctx) != EMBER_OK) {
+            fprintf(stderr, "no context\n");
+            return 1;
+        }
+        ember__cpu_state *s = ember__cpu_state_of(ctx);
+        if (omp_set)
+            omp_set(nt);
+        openblas_set_num_threads(nt);
+        /* ceilings: medians of 5 */
+        double pk_amx[5], pk_vnni[5], bw[5];
+        ceiling(2, nt, 4, bwbuf, bwbytes); /* warm */
+        for (int r = 0; r < 5; r++) {
+            pk_amx[r] = ember__qtier_available(EMBER__QT_AMX) ? ceiling(0, nt, 2000000, NULL, 0) : 0;
+            pk_vnni[r] = ceiling(1, nt, 4000000, NULL, 0);
+            bw[r] = ceiling(2, nt, 20, bwbuf, bwbytes);
+        }
+        double amx_peak = median(pk_amx, 5) * 1e-9, vnni_peak = median(pk_vnni, 5) * 1e-9;
+        double bw_gbs = median(bw, 5) * 1e-9;
+        if (json) {
+            printf("%s  {\"threads\": %d, \"amx_peak_gops\": %.0f, \"vnni_peak_gops\": %.0f, "
+                   "\"read_bw_gbs\": %.1f}",
+                   first_json ? "" : ",\n", nt, amx_peak, vnni_peak, bw_gbs);
+            first_json = 0;
+        } else {
+            printf("\n## threads %d: AMX peak %.0f GOPS, AVX-512 VNNI peak %.0f GOPS, read bandwidth "
+                   "(16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
+                   nt, amx_peak, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
+            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s\n", "shape M,N,K",
+                   "e_q8", "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro",
+                   "1st/pl", "q4/q8", "q8/blas", "%peak");
+        }
+        for (int si = 0; si < nshapes; si++) {
+            const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+            if (quick && (m * n * k > (int64_t)1 << 32))
+                continue;
+            if (only_m && (m != only_m || n != only_n || k != only_k))
+                continue;
+            const double ops = 2.0 * (double)m * (double)n * (double)k;
+            int reps = ops > 1e11 ? 5 : (ops > 1e10 ? 7 : 11);
+            if (reps_arg)
+                reps = reps_arg;
+            int8_t *A = ember__aligned_alloc((size_t)(m * k)), *B = ember__aligned_alloc((size_t)(k * n));
+            int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
+            float *sa = malloc((size_t)m * 4), *sb = malloc((size_t)n * 4);
+            float *sb4 = malloc((size_t)(n * (k / 32)) * 4);
+            float *C = ember__aligned_alloc((size_t)(m * n) * 4);
+            int32_t *C32 = ember__aligned_alloc((size_t)(m * n) * 4);
+            float *Af = ember__aligned_alloc((size_t)(m * k) * 4), *Bf = ember__aligned_alloc((size_t)(k * n) * 4);
+            uint64_t x = 88172645463325252ull;
+            for (int64_t i = 0; i < m * k; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                A[i] = (int8_t)((int)(x % 255) - 127);
+                Af[i] = (float)A[i] * 0.01f;
+            }
+            for (int64_t i = 0; i < k * n; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                B[i] = (int8_t)((int)(x % 255) - 127);
+                B4[i] = (int8_t)((int)((x >> 20) % 15) - 7);
+                Bf[i] = (float)B[i] * 0.02f;
+            }
+            for (int64_t i = 0; i < m; i++)
+                sa[i] = 0.01f;
+            for (int64_t j = 0; j < n; j++)
+                sb[j] = 0.02f;
+            for (int64_t j = 0; j < n * (k / 32); j++)
+                sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
+            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, C, {0}, {0}};
+            s8_src s8 = {B, n}, s4 = {B4, n};
+            ember__qpack_b_mt(s, &e.p8, k, n, 0, 8, s8_row, &s8, sb);
+            ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
+#ifdef EMBER_BENCH_HAVE_DNNL
+            dnnl_case dr, dp;
+            dnnl_setup(&dr, m, n, k, A, B, C32, 1);
+            dnnl_setup(&dp, m, n, k, A, B, C32, 0);
+#endif
+            double t[NROWS][16];
+            /* warm-up once each, then interleaved rounds */
+            for (int r = -1; r < reps; r++) {
+                for (int row = 0; row < NROWS; row++) {
+                    double t0 = now();
+                    switch (row) {
+                    case R_E8: ember_cached(&e); break;
+                    case R_E8F: ember_first(&e); break;
+                    case R_E4: ember_q4(&e); break;
+#ifdef EMBER_BENCH_HAVE_DNNL
+                    case R_DR: dnnl_run(&dr); break;
+                    case R_DP: dnnl_run(&dp); break;
+#endif
+                    case R_BLAS:
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
+                                    1.0f, Af, (int)k, Bf, (int)n, 0.0f, C, (int)n);
+                        break;
+                    default: break;
+                    }
+                    if (r >= 0)
+                        t[row][r] = now() - t0;
+                }
+            }
+            double g[NROWS];
+            for (int row = 0; row < NROWS; row++)
+                g[row] = ops / median(t[row], reps) * 1e-9;
+            if (!have_dnnl)
+                g[R_DR] = g[R_DP] = NAN;
+            double pk = best == EMBER__QT_AMX ? amx_peak : vnni_peak;
+            if (json) {
+                printf(",\n  {\"threads\": %d, \"m\": %lld, \"n\": %lld, \"k\": %lld, \"reps\": %d",
+                       nt, (long long)m, (long long)n, (long long)k, reps);
+                for (int row = 0; row < NROWS; row++)
+                    printf(", \"%s_gops\": %.1f", row_names[row], isnan(g[row]) ? -1.0 : g[row]);
+                printf("}");
+            } else {
+                char shp[32];
+                snprintf(shp, sizeof shp, "%lld,%lld,%lld", (long long)m, (long long)n, (long long)k);
+                printf("%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%%",
+                       shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS], g[R_E8] / g[R_DR],
+                       g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk);
+                if (m <= 8)
+                    printf("  roofline %.0f%%", 100 * g[R_E8] / (2.0 * (double)m * bw_gbs));
+#ifdef EMBER_BENCH_HAVE_DNNL
+                if (nt == 1 && si == 0)
+                    printf("  (dnnl: %s)", dnnl_impl(m, n, k));
+#endif
+                printf("\n");
+            }
+            fflush(stdout);
+#ifdef EMBER_BENCH_HAVE_DNNL
+            dnnl_free(&dr);
+            dnnl_free(&dp);
+#endif
+            ember__qpack_free(&e.p8);
+            ember__qpack_free(&e.p4);
+            ember__aligned_free(A);
+            ember__aligned_free(B);
+            ember__aligned_free(B4);
+            ember__aligned_free(C);
+            ember__aligned_free(C32);
+            ember__aligned_free(Af);
+            ember__aligned_free(Bf);
+            free(sa);
+            free(sb);
+            free(sb4);
+        }
+        ember_context_destroy(ctx);
+    }
+    if (json)
+        printf("\n]}\n");
+    ember__aligned_free(bwbuf);
+    return 0;
+}
