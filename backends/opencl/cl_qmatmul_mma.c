@@ -52,7 +52,8 @@ static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
             src = *e->src;
             len = *e->len;
         }
-    EMBER_FAIL_IF(!src, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: the wgmma PTX module is not embedded");
+    /* KERNEL_BUILD: the backend then demotes this device to the generic path */
+    EMBER_FAIL_IF(!src, EMBER_ERR_KERNEL_BUILD, "q_matmul: the wgmma PTX module is not embedded");
     ember__cl_device *d = &s->dev[dev];
     pthread_mutex_lock(&d->lock);
     for (ember__cl_program *p = d->programs; p; p = p->next) {
