@@ -169,11 +169,12 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
             st = ember__cl_temp(s, dev, "q_matmul", tiles * sizeof(int), zeros, &cnt);
         ember__free(zeros);
     }
-    if (st == EMBER_OK && !ws) { /* unused by a one-split launch, but a buffer must be passed */
+    /* unused by a one-split launch, but a buffer must be passed: `ones` stands in (not released
+     * twice: the workspace and counters are released only when they are their own buffers) */
+    const int ws_own = ws != NULL;
+    if (st == EMBER_OK && !ws) {
         ws = ones;
         cnt = ones;
-        clRetainMemObject(ones);
-        clRetainMemObject(ones);
     }
     char opts[160];
     if (skinny)
@@ -256,9 +257,9 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         clReleaseMemObject(bp);
     if (ones)
         clReleaseMemObject(ones);
-    if (ws)
+    if (ws_own && ws)
         clReleaseMemObject(ws);
-    if (cnt)
+    if (ws_own && cnt)
         clReleaseMemObject(cnt);
     return st;
 }
