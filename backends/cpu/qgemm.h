@@ -6,7 +6,7 @@
  *     C[m, n] = sum over K chunks c of  sa[i, c] * sb[c, j] * (A_c[i, :] . B_c[:, j])
  *
  * A is int8 (row-major, any lda); B is a pre-packed operand (ember__qpack). The dot products are
- * exact int32 sums; a "chunk" is the K extent over which both operands' scales are constant (the
+ * exact int32 sums (for chunks shorter than 2^17 values; the q_matmul entry declines longer); a "chunk" is the K extent over which both operands' scales are constant (the
  * whole K for per-tensor / per-row / per-column scales, the K block for per-block scales).
  *
  * Packed B layout (shared by every tier, so one cache serves them all). K is padded with zeros to

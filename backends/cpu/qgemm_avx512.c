@@ -63,8 +63,14 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
             for (int64_t kk = k0; kk < k1; kk += 8) {
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
-                __m512i l0 = _mm512_and_si512(w0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-                __m512i l1 = _mm512_and_si512(w1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+                __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
+                if (MR <= 3) { /* high nibbles in place (16 x value): shifted once per chunk */
+                    h0 = _mm512_andnot_si512(m4, w0);
+                    h1 = _mm512_andnot_si512(m4, w1);
+                } else {
+                    h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+                    h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+                }
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
                     int32_t x0, x1;
@@ -82,11 +88,13 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     }
                 }
             }
+            /* every term of acch is a multiple of 16 (and |acch| < 2^31: 240 * 128 * k < 2^31 for
+             * the chunks the entry admits), so the shift is exact */
             if (MR <= 3)
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
-                    acc[r][0] = _mm512_add_epi32(acc[r][0], acch[r][0]);
-                    acc[r][1] = _mm512_add_epi32(acc[r][1], acch[r][1]);
+                    acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_srai_epi32(acch[r][0], 4));
+                    acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_srai_epi32(acch[r][1], 4));
                 }
         }
         if (jb->c32) {
