@@ -226,6 +226,9 @@ EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, c
     const int8_t *b = d->b + j;
     int64_t kk = 0;
     for (; kk + 2 <= k; kk += 2) {
+        /* a 64-byte piece per row at a large stride: no hardware prefetcher follows that */
+        _mm_prefetch((const char *)(b + (kk + 24) * d->ldb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + (kk + 25) * d->ldb), _MM_HINT_T0);
         __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
         __m512i r1 = _mm512_maskz_loadu_epi8(lm, b + (kk + 1) * d->ldb);
         __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
