@@ -15,6 +15,7 @@ CMAKE_FLAGS ?=
 TEST_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g"
 ASAN_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g"
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
+                 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 # Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its Prescott (SSE3)
@@ -62,9 +63,11 @@ bench: build
 	  else "$$b" || exit 1; fi; \
 	done
 
-# Any sanitizer report fails, even one that would not change a test's exit status.
+# Any sanitizer report fails, even one that would not change a test's exit status. Warnings are
+# gated by `make test` (-Werror); here they are shown but not fatal, because the sanitizers'
+# instrumentation makes GCC report -Wconversion false positives in code that is clean without it.
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DEMBER_WERROR=ON -DEMBER_SANITIZE=address,undefined \
+	cmake -S . -B $(ASAN_BUILD) -DEMBER_WERROR=OFF -DEMBER_SANITIZE=address,undefined \
 	  $(ASAN_CFLAGS) $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -V -j$(JOBS) \

@@ -320,7 +320,135 @@ static void dnnl_teardown(void *state) {
 }
 #endif
 
-/* The reference first. Later issues append OpenCL providers here. */
+/* ---- OpenCL: ember_matmul (F32) and ember_q_matmul (Q8S x Q8S per-tensor) on each device ----
+ * One context with the OpenCL backend, opened on first use and kept to the end of the run; a
+ * provider per (device index, dtype) for the first four devices (setup skips an index the machine
+ * does not have). Each timed call ends with the device's queue drained (the backend's sync), so the
+ * time is the kernel's and the output's allocation, not a download. The int8 rows quantize A and B
+ * on the device in setup (untimed); their error includes the quantization error. A build without
+ * the OpenCL backend has no OpenCL device: the rows are skipped. */
+/* (dispatch/internal.h, included above, gives the backend's sync entry) */
+
+static ember_context *cl_ctx;
+
+static void cl_ctx_close(void) { ember_context_destroy(cl_ctx); }
+
+static ember_context *cl_context(void) {
+    if (!cl_ctx) {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 1;
+        if (ember_context_create(&o, &cl_ctx) != EMBER_OK) {
+            fprintf(stderr, "opencl context: %s\n", ember_last_error());
+            cl_ctx = NULL;
+            return NULL;
+        }
+        atexit(cl_ctx_close);
+    }
+    return cl_ctx;
+}
+
+typedef struct cl_state {
+    ember_device dev;
+    int int8;
+    ember_tensor *a, *b, *c;
+} cl_state;
+
+static int cl_setup(const problem *p, void **state, bench_row *row, int index, int int8) {
+    ember_context *ctx = cl_context();
+    if (!ctx || index >= ember_device_count(ctx, EMBER_BACKEND_OPENCL))
+        return 0;
+    cl_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->dev = (ember_device){EMBER_BACKEND_OPENCL, index};
+    s->int8 = int8;
+    const int64_t sa[] = {p->m, p->k}, sb[] = {p->k, p->n};
+    ember_tensor *fa = NULL, *fb = NULL;
+    ember_status st = ember_tensor_from_data(ctx, s->dev, EMBER_F32, 2, sa, p->a, &fa);
+    if (st == EMBER_OK)
+        st = ember_tensor_from_data(ctx, s->dev, EMBER_F32, 2, sb, p->b, &fb);
+    if (st == EMBER_OK && int8) {
+        ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        st = ember_quantize(fa, &q8, &s->a);
+        if (st == EMBER_OK)
+            st = ember_quantize(fb, &q8, &s->b);
+        ember_tensor_free(fa);
+        ember_tensor_free(fb);
+    } else {
+        s->a = fa;
+        s->b = fb;
+    }
+    ember_device_info info;
+    if (st == EMBER_OK)
+        st = ember_device_describe(ctx, s->dev, &info);
+    if (st != EMBER_OK) {
+        fprintf(stderr, "opencl:%d setup: %s\n", index, ember_last_error());
+        ember_tensor_free(s->a);
+        ember_tensor_free(s->b);
+        free(s);
+        return -1;
+    }
+    snprintf(row->backend, sizeof row->backend, "opencl");
+    snprintf(row->device, sizeof row->device, "opencl:%d", index);
+    snprintf(row->kernel, sizeof row->kernel, "%s", int8 ? info.int8_matmul_path : "opencl.gemm_f32");
+    snprintf(row->dtype, sizeof row->dtype, "%s", int8 ? "Q8S" : "F32");
+    *state = s;
+    return 1;
+}
+
+static void cl_after(void *state) {
+    cl_state *s = state;
+    ember_tensor_free(s->c);
+    s->c = NULL;
+}
+
+static int cl_run(void *state) {
+    cl_state *s = state;
+    cl_after(s);
+    ember_status st = s->int8 ? ember_q_matmul(s->a, s->b, &s->c) : ember_matmul(s->a, s->b, &s->c);
+    if (st == EMBER_OK) {
+        const ember_backend_ops *ops = cl_ctx->be[EMBER_BACKEND_OPENCL].ops;
+        st = ops->sync(cl_ctx->be[EMBER_BACKEND_OPENCL].state, s->dev.index);
+    }
+    if (st != EMBER_OK) {
+        fprintf(stderr, "opencl:%d %s: %s\n", s->dev.index, s->int8 ? "q_matmul" : "matmul",
+                ember_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int cl_result(void *state, float *dst) {
+    cl_state *s = state;
+    int64_t n = ember_tensor_numel(s->c);
+    return ember_tensor_read(s->c, dst, (size_t)n * sizeof(float)) == EMBER_OK ? 0 : -1;
+}
+
+static void cl_teardown(void *state) {
+    cl_state *s = state;
+    ember_tensor_free(s->a);
+    ember_tensor_free(s->b);
+    ember_tensor_free(s->c);
+    free(s);
+}
+
+#define CL_SETUP(i, q)                                                                             \
+    static int cl_setup_##i##_##q(const problem *p, void **state, bench_row *row) {               \
+        return cl_setup(p, state, row, i, q);                                                      \
+    }
+CL_SETUP(0, 0)
+CL_SETUP(0, 1)
+CL_SETUP(1, 0)
+CL_SETUP(1, 1)
+CL_SETUP(2, 0)
+CL_SETUP(2, 1)
+CL_SETUP(3, 0)
+CL_SETUP(3, 1)
+#define CL_ROWS(i)                                                                                 \
+    {"opencl:" #i ".f32", cl_setup_##i##_0, cl_run, cl_result, cl_after, cl_teardown},            \
+        {"opencl:" #i ".int8", cl_setup_##i##_1, cl_run, cl_result, cl_after, cl_teardown},
+
+/* The reference first, then ember int8 and oneDNN on the CPU, then every OpenCL device. */
 static const provider providers[] = {
     {"cblas_sgemm", blas_setup, blas_run, blas_result, NULL, blas_teardown},
     {"cpu.openblas_sgemm", ember_f32_setup, ember_f32_run, ember_f32_result, ember_f32_after,
@@ -332,6 +460,7 @@ static const provider providers[] = {
     {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
     {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
 #endif
+    CL_ROWS(0) CL_ROWS(1) CL_ROWS(2) CL_ROWS(3)
 };
 #define NPROV ((int)(sizeof providers / sizeof providers[0]))
 

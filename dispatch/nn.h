@@ -38,6 +38,10 @@ struct ember__nn_ops {
     /* x viewed as [outer, n, inner]: out[o, i] (I64) = the first index of the maximum over n */
     ember_status (*argmax_f32)(void *state, int dev, const ember_tensor *x, int64_t outer,
                                int64_t n, int64_t inner, ember_tensor *out);
+    /* any plain dtype: x viewed as [outer, n, inner_bytes]; out[o, i, :] = x[o, indices[i], :]
+     * for the indices (I64 or I32, each in [0, n)) */
+    ember_status (*select)(void *state, int dev, const ember_tensor *x, const ember_tensor *indices,
+                           int64_t outer, int64_t n, size_t inner_bytes, ember_tensor *out);
 };
 
 /* ---- host kernels (backends/cpu/cpu_nn.c): plain C on host memory, no failure ---- */
@@ -50,6 +54,9 @@ void ember__nn_cross_entropy(const float *x, const void *targets, ember_dtype td
                              int64_t cols, float *loss, float *dlogits);
 void ember__nn_axpy(float alpha, const float *x, const float *y, float *out, size_t n);
 void ember__nn_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, int64_t *out);
+/* indices: n_idx values of dtype idt (EMBER_I64 or EMBER_I32), each in [0, n) */
+void ember__nn_select(const void *x, const void *indices, ember_dtype idt, int64_t outer, int64_t n,
+                      int64_t n_idx, size_t inner_bytes, void *out);
 
 /* The CPU backend's table. */
 extern const struct ember__nn_ops ember__cpu_nn_ops;

@@ -203,6 +203,15 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     if (st == EMBER_OK) {
         ember__gemm g = {.m = p.m, .n = p.n, .k = p.k, .batch = p.batch, .a_off = p.a_off,
                          .b_off = p.b_off, .alpha = 1.0f, .beta = 0.0f};
+        /* One rhs for every batch (x[..., m, k] @ W[k, n]) over a dense lhs: the batch folds
+         * into the rows of one GEMM (burn's MergeBatches), far faster than many small ones. */
+        int fold = p.batch > 1;
+        for (int64_t i = 0; fold && i < p.batch; i++)
+            fold = p.b_off[i] == p.b_off[0] && p.a_off[i] == i * p.m * p.k;
+        if (fold) {
+            g.m = p.m * p.batch;
+            g.batch = 1;
+        }
         st = run_gemm(&g, fa, fb, p.rank, p.out_shape, &y);
     }
     drop3(oa, ob, NULL);
@@ -238,7 +247,7 @@ static ember_status check_bias(const ember_tensor *x, const ember_tensor *w,
 /* A quantized operand: q_matmul, then + bias (burn's tensor API, spec §3.1). */
 static ember_status linear_quantized(const ember_tensor *x, const ember_tensor *w,
                                      const ember_tensor *bias, ember_tensor **out) {
-    EMBER_TRY(ember__check_same_device("linear", x, w));
+    EMBER_TRY(ember_check_q_matmul(x, w)); /* q_matmul's own guards and text, before the bias */
     if (bias) {
         const ember_tensor *fl = x->dtype != EMBER_QFLOAT ? x : w;
         ember_dtype dt = fl->dtype != EMBER_QFLOAT ? fl->dtype : EMBER_F32;

@@ -22,8 +22,8 @@ static ember_status check_f32(const char *op, const char *what, const ember_tens
     EMBER_FAIL_IF(t->dtype == EMBER_QFLOAT, EMBER_ERR_DTYPE_MISMATCH,
                   "%s: the %s is quantized (QFloat); %s takes F32 (dequantize it first)", op, what,
                   op);
-    EMBER_FAIL_IF(t->dtype != EMBER_F32, EMBER_ERR_DTYPE_MISMATCH,
-                  "%s: the %s is %s; %s takes F32", op, what, ember_dtype_name(t->dtype), op);
+    EMBER_FAIL_IF(t->dtype != EMBER_F32, EMBER_ERR_DTYPE_MISMATCH, "%s: the %s is %s; %s takes F32",
+                  op, what, ember_dtype_name(t->dtype), op);
     return EMBER_OK;
 }
 
@@ -34,22 +34,6 @@ static ember_status check_same_shape(const char *op, const ember_tensor *a, cons
     EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "%s: shapes %s and %s differ (no broadcasting)", op,
                ember__shape_str(a->rank, a->shape, sa, sizeof sa),
                ember__shape_str(b->rank, b->shape, sb, sizeof sb));
-}
-
-static const char *strategy_name(ember_autodiff a) {
-    return a == EMBER_AUTODIFF_BALANCED ? "Balanced" : "Disabled";
-}
-
-/* burn's validate_checkpointing: Disabled + Enabled(s) = Enabled(s); two strategies must agree. */
-static ember_status merge_autodiff(const char *op, ember_autodiff a, ember_autodiff b,
-                                   ember_autodiff *out) {
-    if (a != EMBER_AUTODIFF_DISABLED && b != EMBER_AUTODIFF_DISABLED && a != b)
-        EMBER_FAIL(EMBER_ERR_CHECKPOINT_MISMATCH,
-                   "%s: Gradient checkpointing strategy mismatch: %s vs %s. Tensors in the same "
-                   "operation must share a strategy.",
-                   op, strategy_name(a), strategy_name(b));
-    *out = a != EMBER_AUTODIFF_DISABLED ? a : b;
-    return EMBER_OK;
 }
 
 /* A backward op on a tracked input would be a second-order derivative. */
@@ -78,7 +62,7 @@ static ember_status alloc_out(const ember_tensor *like, ember_dtype dt, int rank
 
 /* The host fallback. An operand is read where it lies when the device shares host memory
  * (host_ptr), else downloaded into a scratch copy; an output is written likewise and uploaded. */
-enum { HOST_RELU, HOST_RELU_BW, HOST_SOFTMAX, HOST_CE, HOST_AXPY, HOST_ARGMAX };
+enum { HOST_RELU, HOST_RELU_BW, HOST_SOFTMAX, HOST_CE, HOST_AXPY, HOST_ARGMAX, HOST_SELECT };
 
 typedef struct host_job {
     int kind;
@@ -86,6 +70,7 @@ typedef struct host_job {
     ember_tensor *out[2]; /* NULL entries are skipped; out[i] may be one of in[] (in place) */
     float alpha;
     int64_t rows, cols, outer, n, inner;
+    size_t inner_bytes; /* select: the bytes of one slice */
 } host_job;
 
 static void *host_ptr(const ember_tensor *t) {
@@ -112,8 +97,12 @@ static void host_kernel(const host_job *j, void *const *in, void *const *out) {
     case HOST_AXPY:
         ember__nn_axpy(j->alpha, in[0], in[1], out[0], j->in[0]->numel);
         break;
-    default: /* HOST_ARGMAX */
+    case HOST_ARGMAX:
         ember__nn_argmax(in[0], j->outer, j->n, j->inner, out[0]);
+        break;
+    default: /* HOST_SELECT */
+        ember__nn_select(in[0], in[1], j->in[1]->dtype, j->outer, j->n, (int64_t)j->in[1]->numel,
+                         j->inner_bytes, out[0]);
         break;
     }
 }
@@ -196,8 +185,7 @@ ember_status ember_relu(const ember_tensor *x, ember_tensor **out) {
     return finish(st, y, out);
 }
 
-ember_status ember_relu_backward(const ember_tensor *y, const ember_tensor *dy,
-                                           ember_tensor **dx) {
+ember_status ember_relu_backward(const ember_tensor *y, const ember_tensor *dy, ember_tensor **dx) {
     static const char op[] = "relu_backward";
     EMBER_FAIL_IF(!dx, EMBER_ERR_INVALID_ARGUMENT, "%s: dx is NULL", op);
     *dx = NULL;
@@ -236,8 +224,8 @@ ember_status ember_softmax(const ember_tensor *x, ember_tensor **out) {
     if (nn && nn->softmax_f32) {
         st = nn->softmax_f32(state_of(x), x->device.index, x, rows, cols, y);
     } else {
-        host_job j = {.kind = HOST_SOFTMAX, .in = {x, NULL}, .out = {y, NULL}, .rows = rows,
-                      .cols = cols};
+        host_job j = {
+            .kind = HOST_SOFTMAX, .in = {x, NULL}, .out = {y, NULL}, .rows = rows, .cols = cols};
         st = run_host("softmax", &j);
     }
     return finish(st, y, out);
@@ -245,10 +233,44 @@ ember_status ember_softmax(const ember_tensor *x, ember_tensor **out) {
 
 /* ---- cross-entropy ---- */
 
+/* Every value of the I64 / I32 tensor idx must lie in [0, limit): read them to the host (index
+ * tensors are small) and name the first one outside, with its flat position. */
+static ember_status check_index_range(const char *op, const char *what, const ember_tensor *idx,
+                                      int64_t limit, const char *range_name) {
+    const void *host = host_ptr(idx);
+    void *owned = NULL;
+    if (!host && idx->nbytes) {
+        owned = ember__malloc(idx->nbytes);
+        EMBER_FAIL_IF(!owned, EMBER_ERR_OUT_OF_MEMORY,
+                      "%s: no memory for a host copy of the %ss (%zu bytes)", op, what,
+                      idx->nbytes);
+        ember_status st = idx->ctx->be[idx->device.backend].ops->download(
+            state_of(idx), idx->device.index, idx->buf, 0, owned, idx->nbytes);
+        if (st != EMBER_OK) {
+            ember__free(owned);
+            return st;
+        }
+        host = owned;
+    }
+    int64_t bad_at = -1, bad = 0;
+    for (int64_t r = 0; r < (int64_t)idx->numel && bad_at < 0; r++) {
+        int64_t t =
+            idx->dtype == EMBER_I64 ? ((const int64_t *)host)[r] : ((const int32_t *)host)[r];
+        if (t < 0 || t >= limit) {
+            bad_at = r;
+            bad = t;
+        }
+    }
+    ember__free(owned);
+    EMBER_FAIL_IF(bad_at >= 0, EMBER_ERR_INVALID_ARGUMENT,
+                  "%s: %s %lld at flat index %lld is outside %s [0, %lld)", op, what,
+                  (long long)bad, (long long)bad_at, range_name, (long long)limit);
+    return EMBER_OK;
+}
+
 /* The checks shared by the loss and its gradient; rows and cols of the [rows, cols] view. */
 static ember_status check_cross_entropy(const char *op, const ember_tensor *logits,
-                                        const ember_tensor *targets, int64_t *rows,
-                                        int64_t *cols) {
+                                        const ember_tensor *targets, int64_t *rows, int64_t *cols) {
     char sa[200], sb[200];
     EMBER_TRY(check_f32(op, "logits", logits));
     EMBER_TRY(ember__check_tensor(targets, "cross_entropy targets"));
@@ -269,36 +291,8 @@ static ember_status check_cross_entropy(const char *op, const ember_tensor *logi
                   "%s: logits %s hold no rows (the mean over an empty batch)", op,
                   ember__shape_str(logits->rank, logits->shape, sa, sizeof sa));
 
-    /* every target must name a class: read them to the host (they are small) */
-    const void *host = host_ptr(targets);
-    void *owned = NULL;
-    if (!host) {
-        owned = ember__malloc(targets->nbytes);
-        EMBER_FAIL_IF(!owned, EMBER_ERR_OUT_OF_MEMORY,
-                      "%s: no memory for a host copy of the targets (%zu bytes)", op,
-                      targets->nbytes);
-        ember_status st = targets->ctx->be[targets->device.backend].ops->download(
-            state_of(targets), targets->device.index, targets->buf, 0, owned, targets->nbytes);
-        if (st != EMBER_OK) {
-            ember__free(owned);
-            return st;
-        }
-        host = owned;
-    }
-    int64_t bad_at = -1, bad = 0;
-    for (int64_t r = 0; r < *rows && bad_at < 0; r++) {
-        int64_t t = targets->dtype == EMBER_I64 ? ((const int64_t *)host)[r]
-                                                : ((const int32_t *)host)[r];
-        if (t < 0 || t >= *cols) {
-            bad_at = r;
-            bad = t;
-        }
-    }
-    ember__free(owned);
-    EMBER_FAIL_IF(bad_at >= 0, EMBER_ERR_INVALID_ARGUMENT,
-                  "%s: target %lld at flat index %lld is outside the classes [0, %lld)", op,
-                  (long long)bad, (long long)bad_at, (long long)*cols);
-    return EMBER_OK;
+    /* every target must name a class */
+    return check_index_range(op, "target", targets, *cols, "the classes");
 }
 
 static ember_status run_cross_entropy(const char *op, const ember_tensor *logits,
@@ -308,13 +302,16 @@ static ember_status run_cross_entropy(const char *op, const ember_tensor *logits
     if (nn && nn->cross_entropy_f32)
         return nn->cross_entropy_f32(state_of(logits), logits->device.index, logits, targets, rows,
                                      cols, loss, dlogits);
-    host_job j = {.kind = HOST_CE, .in = {logits, targets}, .out = {loss, dlogits}, .rows = rows,
+    host_job j = {.kind = HOST_CE,
+                  .in = {logits, targets},
+                  .out = {loss, dlogits},
+                  .rows = rows,
                   .cols = cols};
     return run_host(op, &j);
 }
 
 ember_status ember_cross_entropy(const ember_tensor *logits, const ember_tensor *targets,
-                                           ember_tensor **loss) {
+                                 ember_tensor **loss) {
     static const char op[] = "cross_entropy";
     EMBER_FAIL_IF(!loss, EMBER_ERR_INVALID_ARGUMENT, "%s: loss is NULL", op);
     *loss = NULL;
@@ -327,9 +324,8 @@ ember_status ember_cross_entropy(const ember_tensor *logits, const ember_tensor 
     return finish(run_cross_entropy(op, logits, targets, rows, cols, l, NULL), l, loss);
 }
 
-ember_status ember_cross_entropy_backward(const ember_tensor *logits,
-                                                    const ember_tensor *targets,
-                                                    ember_tensor **dlogits) {
+ember_status ember_cross_entropy_backward(const ember_tensor *logits, const ember_tensor *targets,
+                                          ember_tensor **dlogits) {
     static const char op[] = "cross_entropy_backward";
     EMBER_FAIL_IF(!dlogits, EMBER_ERR_INVALID_ARGUMENT, "%s: dlogits is NULL", op);
     *dlogits = NULL;
@@ -350,7 +346,7 @@ static ember_status check_axpy(const char *op, const ember_tensor *x, const embe
     EMBER_TRY(check_f32(op, "y", y));
     EMBER_TRY(ember__check_same_device(op, x, y));
     EMBER_TRY(check_same_shape(op, x, y));
-    return merge_autodiff(op, x->autodiff, y->autodiff, merged);
+    return ember__autodiff_merge(op, x->autodiff, y->autodiff, merged);
 }
 
 static ember_status run_axpy(const char *op, float alpha, const ember_tensor *x,
@@ -363,7 +359,7 @@ static ember_status run_axpy(const char *op, float alpha, const ember_tensor *x,
 }
 
 ember_status ember_axpy(float alpha, const ember_tensor *x, const ember_tensor *y,
-                                  ember_tensor **out) {
+                        ember_tensor **out) {
     EMBER_FAIL_IF(!out, EMBER_ERR_INVALID_ARGUMENT, "axpy: out is NULL");
     *out = NULL;
     ember_autodiff ad;
@@ -377,7 +373,15 @@ ember_status ember_axpy(float alpha, const ember_tensor *x, const ember_tensor *
 ember_status ember_axpy_inplace(float alpha, const ember_tensor *x, ember_tensor *y) {
     ember_autodiff ad;
     EMBER_TRY(check_axpy("axpy_inplace", x, y, &ad));
-    return run_axpy("axpy_inplace", alpha, x, y, y);
+    EMBER_TRY(run_axpy("axpy_inplace", alpha, x, y, y));
+    /* y's values changed: a backend's cached copy of y in its kernel layout is stale */
+    pthread_mutex_lock(&y->pack.lock);
+    if (y->pack.data && y->pack.release)
+        y->pack.release(state_of(y), y->pack.data);
+    y->pack.data = NULL;
+    y->pack.bytes = 0;
+    pthread_mutex_unlock(&y->pack.lock);
+    return EMBER_OK;
 }
 
 /* ---- argmax ---- */
@@ -415,9 +419,65 @@ ember_status ember_argmax(const ember_tensor *x, int axis, ember_tensor **out) {
     if (nn && nn->argmax_f32) {
         st = nn->argmax_f32(state_of(x), x->device.index, x, outer, x->shape[axis], inner, o);
     } else {
-        host_job j = {.kind = HOST_ARGMAX, .in = {x, NULL}, .out = {o, NULL}, .outer = outer,
-                      .n = x->shape[axis], .inner = inner};
+        host_job j = {.kind = HOST_ARGMAX,
+                      .in = {x, NULL},
+                      .out = {o, NULL},
+                      .outer = outer,
+                      .n = x->shape[axis],
+                      .inner = inner};
         st = run_host("argmax", &j);
+    }
+    return finish(st, o, out);
+}
+
+/* ---- select ---- */
+
+ember_status ember_select(const ember_tensor *x, int axis, const ember_tensor *indices,
+                          ember_tensor **out) {
+    static const char op[] = "select";
+    char sb[200];
+    EMBER_FAIL_IF(!out, EMBER_ERR_INVALID_ARGUMENT, "select: out is NULL");
+    *out = NULL;
+    EMBER_TRY(ember__check_tensor(x, "select input"));
+    EMBER_TRY(ember__check_tensor(indices, "select indices"));
+    EMBER_FAIL_IF(x->dtype == EMBER_QFLOAT, EMBER_ERR_DTYPE_MISMATCH,
+                  "select: the input is quantized (QFloat); select takes plain tensors "
+                  "(dequantize it first)");
+    EMBER_FAIL_IF(indices->dtype != EMBER_I64 && indices->dtype != EMBER_I32,
+                  EMBER_ERR_DTYPE_MISMATCH, "select: the indices are %s; indices are I64 or I32",
+                  ember_dtype_name(indices->dtype));
+    EMBER_TRY(ember__check_same_device(op, x, indices));
+    EMBER_FAIL_IF(axis < 0 || axis >= x->rank, EMBER_ERR_INVALID_ARGUMENT,
+                  "select: axis %d is outside 0..%d", axis, x->rank - 1);
+    EMBER_FAIL_IF(indices->rank != 1, EMBER_ERR_SHAPE_MISMATCH,
+                  "select: indices %s: the indices are a rank-1 tensor",
+                  ember__shape_str(indices->rank, indices->shape, sb, sizeof sb));
+    EMBER_TRY(check_index_range(op, "index", indices, x->shape[axis], "the axis"));
+    int64_t shape[EMBER_MAX_RANK], outer = 1;
+    size_t inner_bytes = ember_dtype_get_traits(x->dtype)->size;
+    for (int d = 0; d < x->rank; d++) {
+        shape[d] = d == axis ? indices->shape[0] : x->shape[d];
+        if (d < axis)
+            outer *= x->shape[d];
+        else if (d > axis)
+            inner_bytes *= (size_t)x->shape[d];
+    }
+    ember_tensor *o;
+    EMBER_TRY(alloc_out(x, x->dtype, x->rank, shape, &o));
+    o->autodiff = x->autodiff;
+    const struct ember__nn_ops *nn = nn_of(x);
+    ember_status st;
+    if (nn && nn->select) {
+        st = nn->select(state_of(x), x->device.index, x, indices, outer, x->shape[axis],
+                        inner_bytes, o);
+    } else {
+        host_job j = {.kind = HOST_SELECT,
+                      .in = {x, indices},
+                      .out = {o, NULL},
+                      .outer = outer,
+                      .n = x->shape[axis],
+                      .inner_bytes = inner_bytes};
+        st = run_host(op, &j);
     }
     return finish(st, o, out);
 }

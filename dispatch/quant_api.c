@@ -157,7 +157,8 @@ static ember_status quantize_common(const char *op, const ember_tensor *x, const
     void *state = ctx->be[dev.backend].state;
     char db[32];
     EMBER_FAIL_IF(!ops->quantize, EMBER_ERR_BACKEND_UNAVAILABLE,
-                  "%s: device %s has no quantize kernel", op, ember__device_str(dev, db, sizeof db));
+                  "%s: device %s has no quantize kernel", op,
+                  ember__device_str(dev, db, sizeof db));
     EMBER_FAIL_IF(!ops->holds(state, dev.index, EMBER_QFLOAT, s), EMBER_ERR_UNSUPPORTED_SCHEME,
                   "%s: Quantization not supported for scheme %s/%s on device %s", op,
                   ember_qvalue_name(s->value), ember_qstore_name(s->store),
@@ -212,7 +213,8 @@ static ember_status dequantize_on(const char *op, const ember_tensor *q, ember_d
                                   ember_tensor **out) {
     EMBER_TRY(require_quantized(q, op));
     EMBER_FAIL_IF(!is_float_dtype(dt), EMBER_ERR_INVALID_ARGUMENT,
-                  "%s: the output dtype must be F32, F16 or BF16, got %s", op, ember_dtype_name(dt));
+                  "%s: the output dtype must be F32, F16 or BF16, got %s", op,
+                  ember_dtype_name(dt));
     ember_context *ctx = q->ctx;
     const ember_device dev = q->producer;
     const ember_backend_ops *ops = ctx->be[dev.backend].ops;
@@ -283,7 +285,8 @@ ember_status ember_backend_dequantize(ember_context *ctx, ember_device dev, cons
         EMBER_FAIL(EMBER_ERR_FOREIGN_DEQUANTIZE,
                    "backend_dequantize: the tensor was quantized on %s; only that backend and "
                    "device can dequantize it (asked on %s)",
-                   ember__device_str(q->producer, a, sizeof a), ember__device_str(dev, b, sizeof b));
+                   ember__device_str(q->producer, a, sizeof a),
+                   ember__device_str(dev, b, sizeof b));
     }
     return dequantize_on("backend_dequantize", q, EMBER_F32, out);
 }

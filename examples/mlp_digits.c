@@ -8,11 +8,15 @@
  *  3. Quantize the weights (Q8S per-tensor, Q8S per-block 32, Q4S per-block 32 packed in u32; the
  *     blocks run along d_in, the K axis of x @ W) and serve the test set through ember_linear with
  *     quantized weights on the CPU and on every OpenCL device, both in burn's mode (float
- *     activations, F x Q) and with dynamic int8 activations (W8A8). Print one table.
+ *     activations times quantized weights, F x Q: the result of dequantize-then-matmul) and with
+ *     the activations quantized too (W8A8: each layer's input quantized to Q8S per-tensor on the
+ *     fly, so q_matmul runs Q x Q, the integer kernels where the device has them). Print one
+ *     table: accuracy, agreement with the float model's predictions, bytes, time per batch.
  *  4. Save the quantized weights in burn's QuantizedBytes layout, load them back and check that
  *     the predictions are identical.
  *
- * usage: mlp_digits [--data PATH] [--save PATH] [--quick] [--check]
+ * usage: mlp_digits [--data PATH] [--save PATH] [--train-on cpu|opencl:N] [--quick] [--check]
+ *   --train-on  the device that trains (default cpu); serving covers every device either way
  *   --quick  a reduced schedule (CTest): train to 93% at most 60 epochs, fewer timing rounds
  *   --check  exit 1 unless float accuracy >= 90% and every quantized accuracy is within 2 points
  *            of it, the reloaded weights predict identically, and every device quantizes to the
@@ -26,6 +30,8 @@
 #include <time.h>
 
 #include <ember/ember.h>
+
+#include "blas_coretype.h" /* ember's own tools: OpenBLAS on the right core (README.md) */
 
 enum { N_ALL = 1797, N_FEAT = 64, N_CLASS = 10, N_LAYERS = 3, N_SCHEMES = 3 };
 static const int64_t DIMS[N_LAYERS + 1] = {N_FEAT, 128, 64, N_CLASS};
@@ -128,6 +134,7 @@ static void take(const dataset *all, const int *idx, int n, dataset *out) {
 /* Weights W[l] are [d_in, d_out] (burn's layout: y = x @ W + b); float or quantized. */
 typedef struct model {
     ember_tensor *w[N_LAYERS], *b[N_LAYERS];
+    int act_quant; /* W8A8: quantize each layer's input (Q8S per-tensor, on the fly) */
 } model;
 
 static void model_free(model *m) {
@@ -169,7 +176,16 @@ static ember_tensor *forward(const model *m, const ember_tensor *x, ember_tensor
     ember_tensor *keep[2] = {NULL, NULL};
     for (int l = 0; l < N_LAYERS; l++) {
         ember_tensor *h;
-        CHECK(ember_linear(in, m->w[l], m->b[l], &h));
+        if (m->act_quant) {
+            /* dynamic per-tensor Q8S: the operand form every integer q_matmul path takes */
+            const ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+            ember_tensor *xq;
+            CHECK(ember_quantize(in, &q8, &xq));
+            CHECK(ember_linear(xq, m->w[l], m->b[l], &h));
+            ember_tensor_free(xq);
+        } else {
+            CHECK(ember_linear(in, m->w[l], m->b[l], &h));
+        }
         if (l == N_LAYERS - 1) {
             if (acts) {
                 acts[0] = keep[0];
@@ -189,13 +205,13 @@ static ember_tensor *forward(const model *m, const ember_tensor *x, ember_tensor
     return NULL; /* not reached */
 }
 
-/* One SGD step on a minibatch; returns nothing, the weights are updated in place. */
-static void train_step(ember_context *ctx, model *m, const float *xb, const int64_t *yb,
-                       int64_t batch, float lr) {
-    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
-    const int64_t xs[2] = {batch, N_FEAT};
-    ember_tensor *x = tensor_f32(ctx, cpu, 2, xs, xb), *y, *acts[2];
-    CHECK(ember_tensor_from_data(ctx, cpu, EMBER_I64, 1, &batch, yb, &y));
+/* One SGD step on the minibatch of rows `rows` (I64 indices into the training set, which lives
+ * on the device: the batch is gathered there); the weights are updated in place. */
+static void train_step(model *m, const ember_tensor *x_all, const ember_tensor *y_all,
+                       const ember_tensor *rows, float lr) {
+    ember_tensor *x, *y, *acts[2];
+    CHECK(ember_select(x_all, 0, rows, &x));
+    CHECK(ember_select(y_all, 0, rows, &y));
     ember_tensor *logits = forward(m, x, acts);
 
     ember_tensor *dy; /* the gradient flowing into layer l's output */
@@ -385,7 +401,7 @@ static void load_model(const char *path, ember_context *ctx, ember_device dev, m
 
 typedef struct row {
     char scheme[32], mode[8], device[96];
-    double acc, ms;
+    double acc, agree, ms;
     size_t bytes;
     int same_bytes; /* -1: not applicable */
 } row;
@@ -412,9 +428,18 @@ static ember_tensor *move(const ember_tensor *t, ember_device dev) {
 /* Serve the test set on dev from the trained float model `cpu_m` (on the CPU of the same
  * context): F32 first, then each quantized scheme, quantized on dev itself. ref_bytes[s][l] hold
  * the CPU's QuantizedBytes (filled when dev is the CPU, compared otherwise). */
-static int serve_on(ember_context *ctx, ember_device dev, const char *mode, const model *cpu_m,
-                    const dataset *test, const scheme_def *schemes, unsigned char *ref[][N_LAYERS],
-                    size_t ref_len[][N_LAYERS], int reps, row *rows) {
+static double agreement(const int64_t *a, const int64_t *b, int n) {
+    int same = 0;
+    for (int i = 0; i < n; i++)
+        same += a[i] == b[i];
+    return (double)same / n;
+}
+
+static int serve_on(ember_context *ctx, ember_device dev, int act_quant, const model *cpu_m,
+                    const dataset *test, const int64_t *float_pred, const scheme_def *schemes,
+                    unsigned char *ref[][N_LAYERS], size_t ref_len[][N_LAYERS], int reps,
+                    row *rows) {
+    const char *mode = act_quant ? "W8A8" : "F x Q";
     ember_device_info info;
     CHECK(ember_device_describe(ctx, dev, &info));
     char devname[96];
@@ -428,25 +453,26 @@ static int serve_on(ember_context *ctx, ember_device dev, const char *mode, cons
     int64_t *pred = xmalloc(sizeof(int64_t) * (size_t)test->n);
     int n = 0;
 
-    model fm = {{NULL}, {NULL}};
+    model fm = {{NULL}, {NULL}, 0};
     size_t fbytes = 0;
     for (int l = 0; l < N_LAYERS; l++) {
         fm.w[l] = move(cpu_m->w[l], dev);
         fm.b[l] = move(cpu_m->b[l], dev);
         fbytes += sizeof(float) * (size_t)(DIMS[l] * DIMS[l + 1]);
     }
-    if (!strcmp(mode, "F x Q")) { /* the float row once per device */
+    if (!act_quant) { /* the float row once per device */
         row *r = &rows[n++];
         snprintf(r->scheme, sizeof r->scheme, "F32");
         snprintf(r->mode, sizeof r->mode, "F x F");
         snprintf(r->device, sizeof r->device, "%s", devname);
         r->ms = time_predict(&fm, x, pred, reps);
         r->acc = accuracy_of(pred, test->y, test->n);
+        r->agree = agreement(pred, float_pred, test->n);
         r->bytes = fbytes;
         r->same_bytes = -1;
     }
     for (int s = 0; s < N_SCHEMES; s++) {
-        model qm = {{NULL}, {NULL}};
+        model qm = {{NULL}, {NULL}, act_quant};
         row *r = &rows[n++];
         r->bytes = 0;
         r->same_bytes = 1;
@@ -469,7 +495,8 @@ static int serve_on(ember_context *ctx, ember_device dev, const char *mode, cons
         snprintf(r->device, sizeof r->device, "%s", devname);
         r->ms = time_predict(&qm, x, pred, reps);
         r->acc = accuracy_of(pred, test->y, test->n);
-        if (is_cpu && !strcmp(mode, "F x Q"))
+        r->agree = agreement(pred, float_pred, test->n);
+        if (is_cpu && !act_quant)
             r->same_bytes = -1; /* the reference itself */
         for (int l = 0; l < N_LAYERS; l++)
             ember_tensor_free(qm.w[l]);
@@ -484,7 +511,7 @@ static int serve_on(ember_context *ctx, ember_device dev, const char *mode, cons
 
 int main(int argc, char **argv) {
     const char *data = getenv("EMBER_DIGITS_CSV"), *save = "mlp_digits_weights.bin";
-    int quick = 0, check = 0;
+    int quick = 0, check = 0, train_cl = -1;
     if (!data)
         data = "data/digits.csv";
     for (int i = 1; i < argc; i++) {
@@ -496,8 +523,15 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--check"))
             check = 1;
+        else if (!strcmp(argv[i], "--train-on") && i + 1 < argc &&
+                 !strncmp(argv[i + 1], "opencl:", 7))
+            train_cl = atoi(argv[++i] + 7);
+        else if (!strcmp(argv[i], "--train-on") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
+            i++;
         else {
-            fprintf(stderr, "usage: %s [--data PATH] [--save PATH] [--quick] [--check]\n",
+            fprintf(stderr,
+                    "usage: %s [--data PATH] [--save PATH] [--train-on cpu|opencl:N] [--quick] "
+                    "[--check]\n",
                     argv[0]);
             return 1;
         }
@@ -519,21 +553,31 @@ int main(int argc, char **argv) {
     take(&all, idx + n_train, N_ALL - n_train, &test);
     printf("digits: %d images, %d train / %d test (seeded split)\n", all.n, train.n, test.n);
 
-    ember_context *ctx, *ctx_w8a8;
+    ember_context *ctx;
     CHECK(ember_context_create(NULL, &ctx));
-    ember_options o = ember_options_default();
-    o.dynamic_activation_quant = 1;
-    CHECK(ember_context_create(&o, &ctx_w8a8));
+    ember_device_info cpu_info;
+    CHECK(ember_device_describe(ctx, (ember_device){EMBER_BACKEND_CPU, 0}, &cpu_info));
+    ember_tool_blas_coretype(argv, cpu_info.blas_core); /* may re-run this program once */
     const ember_device cpu = {EMBER_BACKEND_CPU, 0};
 
-    /* ---- train in F32 on the CPU ---- */
-    model m = {{NULL}, {NULL}};
+    /* ---- train in F32 on tdev (the CPU unless --train-on opencl:N) ---- */
+    const ember_device tdev = train_cl < 0 ? cpu : (ember_device){EMBER_BACKEND_OPENCL, train_cl};
+    ember_device_info tinfo;
+    CHECK(ember_device_describe(ctx, tdev, &tinfo));
+    model m = {{NULL}, {NULL}, 0};
     model_init(ctx, &m);
+    for (int l = 0; l < N_LAYERS && train_cl >= 0; l++) {
+        ember_tensor *w = m.w[l], *b = m.b[l];
+        CHECK(ember_to_device(w, tdev, &m.w[l]));
+        CHECK(ember_to_device(b, tdev, &m.b[l]));
+        ember_tensor_free(w);
+        ember_tensor_free(b);
+    }
     const int64_t trs[2] = {train.n, N_FEAT}, tes[2] = {test.n, N_FEAT};
     const int64_t ntr = train.n;
-    ember_tensor *x_train = tensor_f32(ctx, cpu, 2, trs, train.x), *y_train;
-    ember_tensor *x_test = tensor_f32(ctx, cpu, 2, tes, test.x);
-    CHECK(ember_tensor_from_data(ctx, cpu, EMBER_I64, 1, &ntr, train.y, &y_train));
+    ember_tensor *x_train = tensor_f32(ctx, tdev, 2, trs, train.x), *y_train;
+    ember_tensor *x_test = tensor_f32(ctx, tdev, 2, tes, test.x);
+    CHECK(ember_tensor_from_data(ctx, tdev, EMBER_I64, 1, &ntr, train.y, &y_train));
 
     const double target = quick ? 0.93 : 0.95;
     const int max_epochs = quick ? 60 : 200, batch = 32;
@@ -541,20 +585,20 @@ int main(int argc, char **argv) {
     int *order = xmalloc(sizeof(int) * (size_t)train.n);
     for (int i = 0; i < train.n; i++)
         order[i] = i;
-    float *xb = xmalloc(sizeof(float) * (size_t)batch * N_FEAT);
-    int64_t yb[32];
+    int64_t batch_rows[32];
     double acc = 0.0, t0 = now_s();
     int epoch = 0;
     while (epoch < max_epochs && acc < target) {
         shuffle(order, train.n);
         for (int s = 0; s < train.n; s += batch) {
             int nb = train.n - s < batch ? train.n - s : batch;
-            for (int i = 0; i < nb; i++) { /* ember has no gather: batches are built here */
-                memcpy(xb + (size_t)i * N_FEAT, train.x + (size_t)order[s + i] * N_FEAT,
-                       sizeof(float) * N_FEAT);
-                yb[i] = train.y[order[s + i]];
-            }
-            train_step(ctx, &m, xb, yb, nb, lr);
+            const int64_t n_rows = nb;
+            for (int i = 0; i < nb; i++)
+                batch_rows[i] = order[s + i];
+            ember_tensor *t_rows;
+            CHECK(ember_tensor_from_data(ctx, tdev, EMBER_I64, 1, &n_rows, batch_rows, &t_rows));
+            train_step(&m, x_train, y_train, t_rows, lr);
+            ember_tensor_free(t_rows);
         }
         epoch++;
         acc = evaluate(&m, x_test, &test);
@@ -563,11 +607,24 @@ int main(int argc, char **argv) {
                    (double)mean_loss(&m, x_train, y_train), 100.0 * acc);
     }
     const double train_s = now_s() - t0;
-    printf("trained %d epochs in %.2f s (SGD, lr %.3g, batch %d): test accuracy %.2f%%\n", epoch,
-           train_s, (double)lr, batch, 100.0 * acc);
+    printf("trained on %s:%d (%s) for %d epochs in %.2f s (SGD, lr %.3g, batch %d): test "
+           "accuracy %.2f%%\n",
+           ember_backend_name(tdev.backend), tdev.index, tinfo.name, epoch, train_s, (double)lr,
+           batch, 100.0 * acc);
     const double float_acc = acc;
     free(order);
-    free(xb);
+    if (train_cl >= 0) { /* the rest starts from the trained weights on the CPU */
+        for (int l = 0; l < N_LAYERS; l++) {
+            ember_tensor *w = m.w[l], *b = m.b[l];
+            CHECK(ember_to_device(w, cpu, &m.w[l]));
+            CHECK(ember_to_device(b, cpu, &m.b[l]));
+            ember_tensor_free(w);
+            ember_tensor_free(b);
+        }
+        ember_tensor *xt = x_test;
+        CHECK(ember_to_device(xt, cpu, &x_test));
+        ember_tensor_free(xt);
+    }
 
     /* ---- quantize and serve on every device, in both modes ---- */
     scheme_def schemes[N_SCHEMES];
@@ -578,39 +635,32 @@ int main(int argc, char **argv) {
     const int reps = quick ? 5 : 31;
     row rows[2 * 8 * (N_SCHEMES + 1)];
     int n_rows = 0;
-    for (int mode = 0; mode < 2; mode++) {
-        ember_context *c = mode ? ctx_w8a8 : ctx;
-        model cm = {{NULL}, {NULL}};
-        for (int l = 0; l < N_LAYERS && mode; l++) { /* the trained weights, in that context */
-            float w[128 * 128];
-            CHECK(ember_tensor_read(m.w[l], w, sizeof w));
-            const int64_t ws[2] = {DIMS[l], DIMS[l + 1]};
-            cm.w[l] = tensor_f32(c, cpu, 2, ws, w);
-            CHECK(ember_tensor_read(m.b[l], w, sizeof w));
-            cm.b[l] = tensor_f32(c, cpu, 1, &ws[1], w);
-        }
-        const model *src = mode ? &cm : &m;
+    int64_t *float_pred = xmalloc(sizeof(int64_t) * (size_t)test.n);
+    predict(&m, x_test, float_pred, NULL);
+    for (int act_quant = 0; act_quant < 2; act_quant++)
         for (int d = -1; d < n_cl && d < 7; d++) {
             ember_device dev = d < 0 ? cpu : (ember_device){EMBER_BACKEND_OPENCL, d};
-            n_rows += serve_on(c, dev, mode ? "W8A8" : "F x Q", src, &test, schemes, ref, ref_len,
+            n_rows += serve_on(ctx, dev, act_quant, &m, &test, float_pred, schemes, ref, ref_len,
                                reps, rows + n_rows);
         }
-        model_free(&cm);
-    }
+    free(float_pred);
 
-    printf("\n%-17s %-6s %-40s %9s %7s %11s %11s %9s %s\n", "scheme", "mode", "device",
-           "accuracy", "vs f32", "weight B", "ms/batch", "us/image", "same bytes as cpu");
+    printf("\n%-17s %-6s %-40s %9s %7s %7s %10s %9s %9s %s\n", "scheme", "mode", "device",
+           "accuracy", "vs f32", "agree", "weight B", "ms/batch", "us/image", "bytes = cpu's");
     for (int i = 0; i < n_rows; i++) {
         const row *r = &rows[i];
-        printf("%-17s %-6s %-40.40s %8.2f%% %+6.2f %11zu %11.3f %9.2f %s\n", r->scheme, r->mode,
-               r->device, 100.0 * r->acc, 100.0 * (r->acc - float_acc), r->bytes, r->ms,
-               1e3 * r->ms / test.n, r->same_bytes < 0 ? "-" : r->same_bytes ? "yes" : "NO");
+        printf("%-17s %-6s %-40.40s %8.2f%% %+6.2f %6.1f%% %10zu %9.3f %9.2f %s\n", r->scheme,
+               r->mode, r->device, 100.0 * r->acc, 100.0 * (r->acc - float_acc), 100.0 * r->agree,
+               r->bytes, r->ms, 1e3 * r->ms / test.n,
+               r->same_bytes < 0 ? "-"
+               : r->same_bytes   ? "yes"
+                                 : "NO");
     }
-    printf("(batch = the %d test images; biases stay F32: %d bytes; median of %d rounds)\n",
-           test.n, (int)(sizeof(float) * (128 + 64 + 10)), reps);
+    printf("(batch = the %d test images; biases stay F32: %d bytes; median of %d rounds)\n", test.n,
+           (int)(sizeof(float) * (128 + 64 + 10)), reps);
 
     /* ---- save the Q4S model in burn's QuantizedBytes, load it back, compare ---- */
-    model q4 = {{NULL}, {NULL}}, back = {{NULL}, {NULL}};
+    model q4 = {{NULL}, {NULL}, 0}, back = {{NULL}, {NULL}, 0};
     for (int l = 0; l < N_LAYERS; l++) {
         CHECK(ember_quantize(m.w[l], &schemes[2].s, &q4.w[l]));
         q4.b[l] = m.b[l];
@@ -670,7 +720,6 @@ int main(int argc, char **argv) {
     ember_tensor_free(x_train);
     ember_tensor_free(y_train);
     ember_tensor_free(x_test);
-    ember_context_destroy(ctx_w8a8);
     ember_context_destroy(ctx);
     free(all.x);
     free(all.y);

@@ -96,7 +96,9 @@ static ember_status layout(const ember_qscheme *s, int rank, const int64_t *shap
         L->grid_rank = rank;
         L->nscales = 1;
         for (int d = 0; d < rank; d++) {
-            L->grid[d] = (shape[d] + L->block_full[d] - 1) / L->block_full[d];
+            /* ceil without shape + block - 1, which overflows for a dim near INT64_MAX (a
+             * zero dim elsewhere keeps numel from overflowing) */
+            L->grid[d] = shape[d] / L->block_full[d] + (shape[d] % L->block_full[d] != 0);
             L->nscales *= (size_t)L->grid[d]; /* <= numel: cannot overflow */
         }
     } else {

@@ -119,11 +119,20 @@ void ember__qscales_finish_range(const ember_qscheme *s, const float *raw, size_
 
 /* ---- per element ---- */
 /* Integer values: q = clamp(roundf(x / e), lo, hi). */
+/* Computed without a libm call: d = x / e is first limited to [-256, 256] (wider than every
+ * integer range, so the clamp after rounding gives the same result), then rounded half away from
+ * zero by truncation and the exact remainder d - trunc(d). Equal to clamp(roundf(d), lo, hi) for
+ * every d, Inf included. */
 static inline int ember__quantize_int(float x, float e, float lo, float hi) {
-    float r = roundf(x / e);
-    r = r < lo ? lo : r;
-    r = r > hi ? hi : r;
-    return (int)r;
+    float d = x / e;
+    d = d < -256.0f ? -256.0f : d;
+    d = d > 256.0f ? 256.0f : d;
+    int i = (int)d;
+    float f = d - (float)i;
+    i += (f >= 0.5f) - (f <= -0.5f);
+    i = i < (int)lo ? (int)lo : i;
+    i = i > (int)hi ? (int)hi : i;
+    return i;
 }
 
 /* fp8 / fp4: encode a finite |v| <= max to the nearest value (ties to even), returning the raw

@@ -57,7 +57,8 @@ ember_status ember__qref_quantize(const ember_qscheme *s, const ember__qlayout *
     if (L->global_bytes)
         ember__scale_encode(g, EMBER_SCALE_F32, bytes + L->global_offset);
     for (size_t i = 0; i < n; i++)
-        codes[i] = ember__quantize_code(s->value, vi, x[i], eff[ember__block_of(L, rank, shape, i)]);
+        codes[i] =
+            ember__quantize_code(s->value, vi, x[i], eff[ember__block_of(L, rank, shape, i)]);
     const size_t last = (size_t)shape[rank - 1];
     if (s->store == EMBER_QSTORE_NATIVE) {
         memcpy(bytes, codes, n);
@@ -89,12 +90,14 @@ void ember__qref_dequantize(const ember_qscheme *s, const ember__qlayout *L, int
         return;
     }
     ember__qref_effective_scales(s, L, bytes, eff);
-    const size_t rb = s->store == EMBER_QSTORE_NATIVE ? last : ember__packed_row_bytes(s, (int64_t)last);
+    const size_t rb =
+        s->store == EMBER_QSTORE_NATIVE ? last : ember__packed_row_bytes(s, (int64_t)last);
     for (size_t r = 0; r < n / last; r++) {
         ember__unpack_codes(s, bytes + r * rb, last, codes);
         for (size_t j = 0; j < last; j++) {
             size_t i = r * last + j;
-            out[i] = eff[ember__block_of(L, rank, shape, i)] * ember__code_value(s->value, vi, codes[j]);
+            out[i] =
+                eff[ember__block_of(L, rank, shape, i)] * ember__code_value(s->value, vi, codes[j]);
         }
     }
     ember__free(eff);

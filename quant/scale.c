@@ -95,7 +95,20 @@ float ember__qscales_global(const ember_qscheme *s, const float *raw, size_t n) 
         if (raw[i] > m)
             m = raw[i];
     float g = m / ember__scale_dtype_max(s->block_scale);
-    return g >= FLT_MIN ? g : FLT_MIN;
+    /* burn's floor is FLT_MIN. With it, a block scale stored near its dtype's smallest positive
+     * value (a zero or tiny block of a tiny tensor) makes s_eff = g * s_b underflow to 0, and a
+     * zero element then quantizes as 0 / 0 = NaN, encoded differently by each device (found by
+     * fuzz_quantize, CPU vs OpenCL). So the floor is raised until g times the smallest positive
+     * block scale is a normal f32: FLT_MIN / 2^-24 for F16 block scales, FLT_MIN / 2^-9 for UE4M3
+     * (the only block dtypes a two-level scheme accepts). This differs from burn only for tensors
+     * whose largest magnitude is below 65504 * 2^-102 (F16) or 448 * 2^-117 (UE4M3), where burn's
+     * own result is NaN-dependent. */
+    float floor_g = FLT_MIN;
+    if (s->block_scale == EMBER_SCALE_F16)
+        floor_g = 0x1p-102f;
+    else if (s->block_scale == EMBER_SCALE_UE4M3)
+        floor_g = 0x1p-117f;
+    return g >= floor_g ? g : floor_g;
 }
 
 void ember__qscales_finish_range(const ember_qscheme *s, const float *raw, size_t i0, size_t i1,

@@ -3,10 +3,9 @@
 
 #include "../dispatch/internal.h"
 
-static const char *const qvalue_names[EMBER_QVALUE_COUNT] = {
-    "Q8F", "Q8S", "Q4F", "Q4S", "Q2F", "Q2S", "E4M3", "E5M2", "E2M1"};
-static const char *const qstore_names[EMBER_QSTORE_COUNT] = {"Native", "PackedU32",
-                                                             "PackedNative"};
+static const char *const qvalue_names[EMBER_QVALUE_COUNT] = {"Q8F", "Q8S",  "Q4F",  "Q4S", "Q2F",
+                                                             "Q2S", "E4M3", "E5M2", "E2M1"};
+static const char *const qstore_names[EMBER_QSTORE_COUNT] = {"Native", "PackedU32", "PackedNative"};
 static const char *const scale_names[EMBER_SCALE_DTYPE_COUNT] = {"F32", "F16", "BF16", "UE8M0",
                                                                  "UE4M3"};
 
@@ -42,8 +41,7 @@ ember_qscheme ember_qscheme_per_block(ember_qvalue v, ember_qstore s, int rank,
 }
 
 static int is_sub_byte(ember_qvalue v) {
-    return v == EMBER_Q4F || v == EMBER_Q4S || v == EMBER_Q2F || v == EMBER_Q2S ||
-           v == EMBER_E2M1;
+    return v == EMBER_Q4F || v == EMBER_Q4S || v == EMBER_Q2F || v == EMBER_Q2S || v == EMBER_E2M1;
 }
 
 /* The checks of ember_qscheme_validate; `record` 0 keeps ember_last_error() untouched. */
@@ -70,8 +68,8 @@ static ember_status check(const ember_qscheme *s, int record) {
                "lookup quantization is not supported (QuantMode::Lookup, %s)",
                qvalue_names[s->value]);
     if (s->store == EMBER_QSTORE_NATIVE && is_sub_byte(s->value))
-        REJECT(EMBER_ERR_SUB_BYTE_NATIVE, "Can't store native sub-byte values (%s with store Native)",
-               qvalue_names[s->value]);
+        REJECT(EMBER_ERR_SUB_BYTE_NATIVE,
+               "Can't store native sub-byte values (%s with store Native)", qvalue_names[s->value]);
     if (s->store == EMBER_QSTORE_PACKED_NATIVE && s->value != EMBER_E2M1)
         REJECT(EMBER_ERR_UNSUPPORTED_SCHEME, "%s doesn't support native packing",
                qvalue_names[s->value]);
@@ -81,8 +79,8 @@ static ember_status check(const ember_qscheme *s, int record) {
                "expected 0)",
                s->packing_dim);
     if (s->block_rank < 0 || s->block_rank > EMBER_MAX_BLOCK_RANK)
-        REJECT(EMBER_ERR_INVALID_ARGUMENT, "scheme: block rank %d is outside 0..%d",
-               s->block_rank, EMBER_MAX_BLOCK_RANK);
+        REJECT(EMBER_ERR_INVALID_ARGUMENT, "scheme: block rank %d is outside 0..%d", s->block_rank,
+               EMBER_MAX_BLOCK_RANK);
     for (int i = 0; i < s->block_rank; i++)
         if (s->block[i] < 1 || s->block[i] > 255)
             REJECT(EMBER_ERR_INVALID_ARGUMENT,

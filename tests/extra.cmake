@@ -19,3 +19,10 @@ add_test(NAME install_consumer
 set_tests_properties(install_consumer PROPERTIES LABELS cpu TIMEOUT 300)
 
 # (examples/CMakeLists.txt registers example_quickstart: the README example builds and runs.)
+
+# README.md shows examples/quickstart.c verbatim (so its example compiles).
+add_test(NAME readme_example
+         COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md
+                 -DEXAMPLE=${PROJECT_SOURCE_DIR}/examples/quickstart.c
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/check_readme.cmake)
+set_tests_properties(readme_example PROPERTIES LABELS cpu TIMEOUT 60)

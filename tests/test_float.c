@@ -204,8 +204,15 @@ static void test_matmul_batch_broadcast(void) {
     /* different ranks: the lower one is left-padded with 1s */
     const int64_t da[] = {2, 1, 4, 3, 5}, db[] = {3, 4, 5, 6}, dout[] = {2, 3, 4, 3, 6};
     matmul_case(&rng, EMBER_F32, 5, da, 4, db, 5, dout);
+    /* one rhs for every batch (folded into one GEMM), with and without size-1 batch axes */
     const int64_t wa[] = {2, 3, 4, 5}, wb[] = {5, 2}, wo[] = {2, 3, 4, 2};
     matmul_case(&rng, EMBER_F32, 4, wa, 2, wb, 4, wo);
+    const int64_t fa[] = {3, 4, 5}, fb[] = {1, 5, 2}, fo[] = {3, 4, 2};
+    matmul_case(&rng, EMBER_F32, 3, fa, 3, fb, 3, fo);
+    matmul_case(&rng, EMBER_BF16, 3, fa, 3, fb, 3, fo);
+    /* the lhs broadcast instead: not foldable */
+    const int64_t ga[] = {1, 4, 5}, gb[] = {3, 5, 2}, go[] = {3, 4, 2};
+    matmul_case(&rng, EMBER_F32, 3, ga, 3, gb, 3, go);
     /* rank 8 */
     const int64_t ra[] = {2, 1, 2, 1, 2, 1, 3, 4}, rb[] = {1, 2, 1, 2, 1, 2, 4, 2},
                   ro[] = {2, 2, 2, 2, 2, 2, 3, 2};

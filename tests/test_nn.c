@@ -345,6 +345,34 @@ static void test_axpy_values(void) {
     free(y);
 }
 
+/* An in-place update makes a backend's cached copy of y (its kernel layout) stale: it is dropped.
+ */
+static int released;
+static void fake_release(void *state, void *data) {
+    (void)state;
+    released++;
+    free(data);
+}
+
+static void test_axpy_inplace_drops_pack_cache(void) {
+    const int64_t shape[1] = {8};
+    float *x = rand_f32(8, -1.0f, 1.0f);
+    ember_tensor *tx = mkf(1, shape, x), *ty = mkf(1, shape, x);
+    ty->pack.data = malloc(16);
+    ty->pack.bytes = 16;
+    ty->pack.release = fake_release;
+    released = 0;
+    TU_ASSERT_STATUS(ember_axpy_inplace(1.0f, tx, NULL), EMBER_ERR_MISUSE, NULL);
+    CU_ASSERT_EQUAL(released, 0); /* a failed call leaves y (and its cache) alone */
+    TU_OK(ember_axpy_inplace(1.0f, tx, ty));
+    CU_ASSERT_EQUAL(released, 1);
+    CU_ASSERT_PTR_NULL(ty->pack.data);
+    ember_tensor_free(ty); /* no second release */
+    CU_ASSERT_EQUAL(released, 1);
+    ember_tensor_free(tx);
+    free(x);
+}
+
 /* ---- argmax ---- */
 
 static void test_argmax_values(void) {
@@ -383,9 +411,9 @@ static void test_argmax_values(void) {
 
 static void test_argmax_ties_and_nan(void) {
     const int64_t shape[2] = {4, 4};
-    const float x[16] = {1, 3, 3, 2,               /* tie: the first wins */
-                         NAN, 5, NAN, 1,           /* NaN is the largest, the first one */
-                         -1, NAN, 9, 9,            /* a NaN after a number */
+    const float x[16] = {1,         3,         3,         2, /* tie: the first wins */
+                         NAN,       5,         NAN,       1, /* NaN is the largest, the first one */
+                         -1,        NAN,       9,         9, /* a NaN after a number */
                          -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     const int64_t want[4] = {1, 0, 1, 0};
     FOR_EACH_PATH(level) {
@@ -401,9 +429,135 @@ static void test_argmax_ties_and_nan(void) {
     ember__nn_force_fallback = 0;
 }
 
+/* ---- select ---- */
+
+static void test_select_values(void) {
+    const int64_t shape[3] = {3, 4, 5}, ni[1] = {6};
+    float *x = rand_f32(60, -1.0f, 1.0f);
+    int64_t xi[60];
+    for (int i = 0; i < 60; i++)
+        xi[i] = (int64_t)(tu_next(&rng) >> 1);
+    const int32_t idx32[6] = {2, 0, 2, 1, 0, 0}; /* repeats, any order; all < 3 */
+    int64_t idx64[6];
+    for (int i = 0; i < 6; i++)
+        idx64[i] = idx32[i];
+    FOR_EACH_PATH(level) {
+        ember__nn_force_fallback = level;
+        ember_tensor *tx = mkf(3, shape, x), *txi = mk(EMBER_I64, 3, shape, xi);
+        ember_tensor *ti32 = mk(EMBER_I32, 1, ni, idx32), *ti64 = mk(EMBER_I64, 1, ni, idx64);
+        for (int axis = 0; axis < 3; axis++) {
+            ember_tensor *o = NULL, *oi = NULL;
+            TU_OK(ember_select(tx, axis, ti32, &o));
+            TU_OK(ember_select(txi, axis, ti64, &oi));
+            CU_ASSERT_EQUAL(ember_tensor_dtype(o), EMBER_F32);
+            CU_ASSERT_EQUAL(ember_tensor_dtype(oi), EMBER_I64);
+            int64_t os[3] = {shape[0], shape[1], shape[2]};
+            os[axis] = 6;
+            for (int d = 0; d < 3; d++)
+                CU_ASSERT_EQUAL(ember_tensor_dim(o, d), os[d]);
+            float got[6 * 20];
+            int64_t goti[6 * 20];
+            rd(o, got, sizeof(float) * (size_t)(os[0] * os[1] * os[2]));
+            rd(oi, goti, sizeof(int64_t) * (size_t)(os[0] * os[1] * os[2]));
+            int64_t k = 0;
+            for (int64_t a = 0; a < os[0]; a++)
+                for (int64_t b = 0; b < os[1]; b++)
+                    for (int64_t c = 0; c < os[2]; c++, k++) {
+                        int64_t src[3] = {a, b, c};
+                        src[axis] = idx64[src[axis]];
+                        int64_t flat = src[0] * 20 + src[1] * 5 + src[2];
+                        CU_ASSERT_EQUAL(got[k], x[flat]);
+                        CU_ASSERT_EQUAL(goti[k], xi[flat]);
+                    }
+            ember_tensor_free(o);
+            ember_tensor_free(oi);
+        }
+        assert_holds(tx, x, sizeof(float) * 60);
+        assert_holds(ti32, idx32, sizeof idx32);
+        ember_tensor_free(tx);
+        ember_tensor_free(txi);
+        ember_tensor_free(ti32);
+        ember_tensor_free(ti64);
+    }
+    ember__nn_force_fallback = 0;
+    free(x);
+}
+
+static void test_select_edge_and_guards(void) {
+    const int64_t shape[2] = {3, 4}, n0[1] = {0}, n2[1] = {2}, s22[2] = {1, 2};
+    float x[12] = {0};
+    tu_rand_f32(&rng, x, 12, -1.0f, 1.0f);
+    const int64_t good[2] = {1, 2}, neg[2] = {0, -1}, big[2] = {3, 0};
+    const float fidx[2] = {0, 1};
+    ember_tensor *tx = mkf(2, shape, x), *e = mk(EMBER_I64, 1, n0, good), *o = NULL;
+    ember_tensor *tg = mk(EMBER_I64, 1, n2, good), *tn = mk(EMBER_I64, 1, n2, neg);
+    ember_tensor *tb = mk(EMBER_I64, 1, n2, big), *tf = mkf(1, n2, fidx);
+    ember_tensor *t2 = mk(EMBER_I64, 2, s22, good);
+
+    TU_OK(ember_select(tx, 0, e, &o)); /* no indices: an empty result */
+    CU_ASSERT_EQUAL(ember_tensor_dim(o, 0), 0);
+    CU_ASSERT_EQUAL(ember_tensor_dim(o, 1), 4);
+    ember_tensor_free(o);
+    const int64_t s30[2] = {3, 0};
+    ember_tensor *ez = mkf(2, s30, x); /* empty slices: a [2, 0] result */
+    FOR_EACH_PATH(level) {
+        ember__nn_force_fallback = level;
+        TU_OK(ember_select(ez, 0, tg, &o));
+        CU_ASSERT_EQUAL(ember_tensor_dim(o, 0), 2);
+        CU_ASSERT_EQUAL(ember_tensor_numel(o), 0);
+        ember_tensor_free(o);
+    }
+    ember__nn_force_fallback = 0;
+    ember_tensor_free(ez);
+
+    TU_ASSERT_STATUS(ember_select(tx, 0, tg, NULL), EMBER_ERR_INVALID_ARGUMENT, "out is NULL");
+    o = (ember_tensor *)&o;
+    TU_ASSERT_STATUS(ember_select(NULL, 0, tg, &o), EMBER_ERR_MISUSE, "select input");
+    CU_ASSERT_PTR_NULL(o);
+    TU_ASSERT_STATUS(ember_select(tx, 0, NULL, &o), EMBER_ERR_MISUSE, "select indices");
+    TU_ASSERT_STATUS(ember_select(tx, 0, tf, &o), EMBER_ERR_DTYPE_MISMATCH, "the indices are F32");
+    TU_ASSERT_STATUS(ember_select(tx, 2, tg, &o), EMBER_ERR_INVALID_ARGUMENT,
+                     "axis 2 is outside 0..1");
+    TU_ASSERT_STATUS(ember_select(tx, 0, t2, &o), EMBER_ERR_SHAPE_MISMATCH, "rank-1");
+    FOR_EACH_PATH(level) {
+        ember__nn_force_fallback = level;
+        o = (ember_tensor *)&o;
+        TU_ASSERT_STATUS(ember_select(tx, 0, tn, &o), EMBER_ERR_INVALID_ARGUMENT,
+                         "index -1 at flat index 1 is outside the axis [0, 3)");
+        CU_ASSERT_PTR_NULL(o);
+        TU_ASSERT_STATUS(ember_select(tx, 0, tb, &o), EMBER_ERR_INVALID_ARGUMENT,
+                         "index 3 at flat index 0");
+        TU_OK(ember_select(tx, 1, tb, &o)); /* 3 is a valid column */
+        ember_tensor_free(o);
+    }
+    ember__nn_force_fallback = 0;
+
+    /* a quantized input is refused */
+    ember_qscheme qs = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *q = NULL;
+    TU_OK(ember_quantize(tx, &qs, &q));
+    o = (ember_tensor *)&o;
+    TU_ASSERT_STATUS(ember_select(q, 0, tg, &o), EMBER_ERR_DTYPE_MISMATCH, "QFloat");
+    CU_ASSERT_PTR_NULL(o);
+    /* so is every other nn op's */
+    TU_ASSERT_STATUS(ember_relu(q, &o), EMBER_ERR_DTYPE_MISMATCH, "quantized (QFloat)");
+    TU_ASSERT_STATUS(ember_softmax(q, &o), EMBER_ERR_DTYPE_MISMATCH, "dequantize it first");
+
+    /* autodiff: the float output carries x's context */
+    TU_OK(ember_tensor_set_autodiff(tx, EMBER_AUTODIFF_BALANCED));
+    TU_OK(ember_select(tx, 0, tg, &o));
+    CU_ASSERT_EQUAL(ember_tensor_autodiff(o), EMBER_AUTODIFF_BALANCED);
+    ember_tensor_free(o);
+
+    assert_holds(tx, x, sizeof x);
+    ember_tensor *all[] = {tx, e, tg, tn, tb, tf, t2, q};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
+}
+
 /* ---- autodiff contexts ---- */
 
-static void set_ad(ember_tensor *t, ember_autodiff a) { t->autodiff = a; }
+static void set_ad(ember_tensor *t, ember_autodiff a) { TU_OK(ember_tensor_set_autodiff(t, a)); }
 
 static void test_autodiff(void) {
     const int64_t shape[2] = {2, 3}, ts[1] = {2};
@@ -561,7 +715,8 @@ static void test_guards_targets(void) {
     tu_rand_f32(&rng, x, 12, -1.0f, 1.0f);
     const int64_t neg[3] = {0, -1, 2}, big[3] = {0, 1, 4};
     const int32_t big32[3] = {3, 3, 7};
-    ember_tensor *l = mkf(2, ls, x), *tn = mk(EMBER_I64, 1, ts, neg), *tb = mk(EMBER_I64, 1, ts, big);
+    ember_tensor *l = mkf(2, ls, x), *tn = mk(EMBER_I64, 1, ts, neg),
+                 *tb = mk(EMBER_I64, 1, ts, big);
     ember_tensor *tb32 = mk(EMBER_I32, 1, ts, big32), *o = NULL;
     FOR_EACH_PATH(level) {
         ember__nn_force_fallback = level;
@@ -577,8 +732,7 @@ static void test_guards_targets(void) {
     }
     ember__nn_force_fallback = 0;
     ember_tensor *el = mkf(2, es, x), *et = mk(EMBER_I64, 1, ets, neg);
-    TU_ASSERT_STATUS(ember_cross_entropy(el, et, &o), EMBER_ERR_INVALID_ARGUMENT,
-                     "hold no rows");
+    TU_ASSERT_STATUS(ember_cross_entropy(el, et, &o), EMBER_ERR_INVALID_ARGUMENT, "hold no rows");
     assert_holds(l, x, sizeof x);
     assert_holds(tn, neg, sizeof neg);
     ember_tensor *all[] = {l, tn, tb, tb32, el, et};
@@ -632,8 +786,10 @@ static ember_status run_case(int kind, ember_tensor *x, ember_tensor *y, ember_t
     case 6:
         *o = NULL;
         return ember_axpy_inplace(0.5f, x, y);
-    default:
+    case 7:
         return ember_argmax(x, 1, o);
+    default:
+        return ember_select(x, 1, t, o);
     }
 }
 
@@ -643,7 +799,7 @@ static void test_out_of_memory(void) {
     const int64_t tv[5] = {0, 5, 2, 3, 1};
     FOR_EACH_PATH(level) {
         ember__nn_force_fallback = level;
-        for (int kind = 0; kind < 8; kind++) {
+        for (int kind = 0; kind < 9; kind++) {
             ember_tensor *x = mkf(2, shape, xv), *y = mkf(2, shape, yv);
             ember_tensor *t = mk(EMBER_I64, 1, ts, tv);
             int failures = 0;
@@ -699,8 +855,8 @@ static void test_other_devices(void) {
         TU_OK(ember_tensor_from_data(c2, dev, EMBER_F32, 2, shape, x, &dx));
         if (ember_tensor_from_data(c2, dev, EMBER_I64, 1, ts, t, &dt) != EMBER_OK)
             dt = NULL; /* a device without I64: cross-entropy takes I32 there */
-        for (int kind = 0; kind < 8; kind++) {
-            if ((kind == 3 || kind == 4 || kind == 7) && !dt)
+        for (int kind = 0; kind < 9; kind++) {
+            if ((kind == 3 || kind == 4 || kind == 7 || kind == 8) && !dt)
                 continue;
             ember_tensor *ho = NULL, *dout = NULL;
             ember_tensor *hy = kind == 6 ? NULL : hx, *dy = kind == 6 ? NULL : dx;
@@ -715,8 +871,9 @@ static void test_other_devices(void) {
             char hb[90 * 8], db[90 * 8];
             TU_OK(ember_tensor_read(hr, hb, bytes));
             TU_OK(ember_tensor_read(dr, db, bytes));
-            CU_ASSERT_EQUAL(memcmp(hb, db, (size_t)ember_tensor_numel(hr) *
-                                               (ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4)),
+            CU_ASSERT_EQUAL(memcmp(hb, db,
+                                   (size_t)ember_tensor_numel(hr) *
+                                       (ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4)),
                             0);
             ember_tensor_free(ho);
             ember_tensor_free(dout);
@@ -750,8 +907,11 @@ static CU_TestInfo nn_tests[] = {
     {"cross_entropy gradient is the derivative", test_cross_entropy_gradient_is_derivative},
     {"cross_entropy folds leading axes", test_cross_entropy_batched_axes},
     {"axpy and axpy_inplace values", test_axpy_values},
+    {"axpy_inplace drops a stale pack cache", test_axpy_inplace_drops_pack_cache},
     {"argmax values on every axis", test_argmax_values},
     {"argmax ties and NaN", test_argmax_ties_and_nan},
+    {"select values on every axis", test_select_values},
+    {"select edge cases and guards", test_select_edge_and_guards},
     {"autodiff contexts", test_autodiff},
     {"guards: handles and NULL outputs", test_guards_handles},
     {"guards: dtypes and shapes", test_guards_dtypes_shapes},

@@ -15,14 +15,8 @@
 
 #include "backends/opencl/cl_backend.h"
 #include "dispatch/internal.h"
+#include "quant/quant_impl.h"
 #include "test_util.h"
-
-/* A little-endian u32 read from any address (the bytes of a serialized tensor are unaligned). */
-static uint32_t le32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 static ember_context *ctx;
 static const ember_device CL0 = {EMBER_BACKEND_OPENCL, 0};
@@ -47,8 +41,8 @@ static ember_tensor *alloc_t(ember_device d, ember_dtype dt, int rank, const int
 
 static void read_raw(const ember_tensor *t, void *dst) {
     const ember_backend_ops *o = ctx->be[t->device.backend].ops;
-    TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst,
-                      t->nbytes));
+    TU_OK(
+        o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
 }
 
 static int bits_equal(const float *a, const float *b, size_t n) {
@@ -149,7 +143,8 @@ static void test_upload_download(void) {
  * |C - ref| <= 4 * k * FLT_EPSILON * sum_k |a||b| + |beta * c0| * FLT_EPSILON. */
 static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t batch, float alpha,
                       float beta) {
-    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n), csz = (size_t)(batch * m * n);
+    size_t asz = (size_t)(batch * m * k), bsz = (size_t)(batch * k * n),
+           csz = (size_t)(batch * m * n);
     float *A = malloc(asz * 4 + 4), *B = malloc(bsz * 4 + 4), *C0 = malloc(csz * 4 + 4);
     float *Ccl = malloc(csz * 4 + 4), *Ccpu = malloc(csz * 4 + 4);
     tu_rand_f32(&rng, A, asz, -1.0f, 1.0f);
@@ -188,12 +183,14 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
                 }
                 size_t o = (size_t)(bi * m * n + i * n + j);
                 double ref = alpha * acc + (beta != 0.0f ? beta * (double)C0[o] : 0.0);
-                double tol = 4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
+                double tol =
+                    4.0 * (double)(k + 2) * FLT_EPSILON * (fabs(alpha) * mag + fabs(beta * C0[o]));
                 for (int w = 0; w < 2; w++)
                     if (fabs(outs[w][o] - ref) > tol + 1e-30) {
-                        fprintf(stderr, "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n",
-                                ta, tb, (long long)m, (long long)n, (long long)k,
-                                w ? "cpu" : "opencl", o, outs[w][o], ref);
+                        fprintf(stderr,
+                                "  gemm ta%d tb%d %lldx%lldx%lld: %s C[%zu] = %.9g, ref %.9g\n", ta,
+                                tb, (long long)m, (long long)n, (long long)k, w ? "cpu" : "opencl",
+                                o, outs[w][o], ref);
                         bad = 1;
                     }
             }
@@ -205,12 +202,18 @@ static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t b
     free(Ccpu);
 }
 
+/* Both kernel shapes (tiled with local memory; barrier-free rows), whatever the device. */
 static void test_gemm(void) {
-    gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f);    /* ragged edges in every dimension */
-    gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f);    /* trans_a, batch with offsets */
-    gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f);    /* trans_b, alpha and beta */
-    gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
-    gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f);       /* k = 0: C = beta * C */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        gemm_case(0, 0, 37, 53, 29, 1, 1.0f, 0.0f); /* ragged edges in every dimension */
+        gemm_case(1, 0, 65, 17, 70, 2, 1.0f, 0.0f); /* trans_a, batch with offsets */
+        gemm_case(0, 1, 8, 130, 33, 3, 0.5f, 2.0f); /* trans_b, alpha and beta */
+        gemm_case(0, 0, 19, 64, 40, 1, 1.0f, 1.0f); /* whole 16-column strips, beta 1 */
+        gemm_case(1, 1, 1, 1, 1, 1, 1.0f, 0.0f);
+        gemm_case(0, 0, 3, 4, 0, 1, 1.0f, 1.5f); /* k = 0: C = beta * C */
+    }
+    cls()->gemm_variant = 0;
 }
 
 static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, const int64_t *sb) {
@@ -245,7 +248,7 @@ static void binary_case(ember__binop op, int ra, const int64_t *sa, int rb, cons
         ember_tensor *a = from_f32(devs[w], ra, sa, A), *b = from_f32(devs[w], rb, sb, B);
         ember_tensor *o = alloc_t(devs[w], EMBER_F32, bc.rank, out_shape);
         TU_OK(ctx->be[devs[w].backend].ops->binary_f32(ctx->be[devs[w].backend].state, 0, op, &bc,
-                                                        a, b, o));
+                                                       a, b, o));
         TU_OK(ember_tensor_read(o, outs[w], no * 4));
         ember_tensor_free(a);
         ember_tensor_free(b);
@@ -277,8 +280,8 @@ static void test_sum_rows(void) {
     float *outs[2] = {o1, o2};
     for (int w = 0; w < 2; w++) {
         ember_tensor *x = from_f32(devs[w], 2, sh, X), *o = alloc_t(devs[w], EMBER_F32, 1, osh);
-        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x,
-                                                          rows, cols, o));
+        TU_OK(ctx->be[devs[w].backend].ops->sum_rows_f32(ctx->be[devs[w].backend].state, 0, x, rows,
+                                                         cols, o));
         TU_OK(ember_tensor_read(o, outs[w], sizeof o1));
         ember_tensor_free(x);
         ember_tensor_free(o);
@@ -299,9 +302,10 @@ static void test_convert(void) {
     float *x = malloc(N * 4), *back = malloc(N * 4), *ref = malloc(N * 4);
     uint16_t *h = malloc(N * 2), *href = malloc(N * 2);
     tu_rand_f32(&rng, x, N, -70000.0f, 70000.0f);
-    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -3e-39f, 65504.0f,
-                             65520.0f, 6.1e-5f, 5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f,
-                             3.0f + 0x1p-10f, FLT_MAX, FLT_MIN};
+    const float special[] = {0.0f,     -0.0f,    INFINITY,       -INFINITY,       NAN,
+                             1e-40f,   -3e-39f,  65504.0f,       65520.0f,        6.1e-5f,
+                             5.96e-8f, 2.98e-8f, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 3.0f + 0x1p-10f,
+                             FLT_MAX,  FLT_MIN};
     memcpy(x, special, sizeof special);
     for (size_t i = 100; i < 600; i++) /* small values: the f16 subnormal range */
         x[i] = x[i] * 1e-9f;
@@ -351,225 +355,239 @@ static void test_convert(void) {
     free(href);
 }
 
+/* ---------------------------------------------------------------- the public API on OpenCL */
+
+/* Read t (on any device) as floats into a fresh array of t's numel. */
+static float *read_all(const ember_tensor *t) {
+    size_t n = (size_t)ember_tensor_numel(t);
+    float *v = malloc(n * 4 + 4);
+    TU_OK(ember_tensor_read(t, v, n * 4));
+    return v;
+}
+
+/* |a - b| <= tol * (1 + |b|) element-wise. */
+static int close_to(const float *a, const float *b, size_t n, float tol) {
+    for (size_t i = 0; i < n; i++)
+        if (!(fabsf(a[i] - b[i]) <= tol * (1.0f + fabsf(b[i])))) {
+            fprintf(stderr, "  element %zu: %.9g vs %.9g\n", i, a[i], b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+typedef ember_status (*binop_fn)(const ember_tensor *, const ember_tensor *, ember_tensor **);
+
+/* op(a, b) on opencl:0 and on the CPU from the same random data; outputs compared with tol
+ * (0: bit for bit) and the output must live on the operands' device. */
+static void api_case(binop_fn op, int ra, const int64_t *sa, int rb, const int64_t *sb, float tol) {
+    size_t na = 1, nb = 1;
+    for (int i = 0; i < ra; i++)
+        na *= (size_t)sa[i];
+    for (int i = 0; i < rb; i++)
+        nb *= (size_t)sb[i];
+    float *A = malloc(na * 4), *B = malloc(nb * 4);
+    tu_rand_f32(&rng, A, na, -1.0f, 1.0f);
+    tu_rand_f32(&rng, B, nb, -1.0f, 1.0f);
+    ember_tensor *ac = from_f32(CL0, ra, sa, A), *bc = from_f32(CL0, rb, sb, B);
+    ember_tensor *ah = from_f32(TU_CPU, ra, sa, A), *bh = from_f32(TU_CPU, rb, sb, B);
+    ember_tensor *oc = NULL, *oh = NULL;
+    TU_OK(op(ac, bc, &oc));
+    TU_OK(op(ah, bh, &oh));
+    if (oc && oh) {
+        CU_ASSERT_EQUAL(ember_tensor_device(oc).backend, EMBER_BACKEND_OPENCL);
+        CU_ASSERT_EQUAL(ember_tensor_numel(oc), ember_tensor_numel(oh));
+        float *vc = read_all(oc), *vh = read_all(oh);
+        size_t n = (size_t)ember_tensor_numel(oh);
+        CU_ASSERT_TRUE(tol == 0.0f ? bits_equal(vc, vh, n) : close_to(vc, vh, n, tol));
+        free(vc);
+        free(vh);
+    }
+    ember_tensor_free(ac);
+    ember_tensor_free(bc);
+    ember_tensor_free(ah);
+    ember_tensor_free(bh);
+    ember_tensor_free(oc);
+    ember_tensor_free(oh);
+    free(A);
+    free(B);
+}
+
+static ember_status linear_nobias(const ember_tensor *x, const ember_tensor *w, ember_tensor **o) {
+    return ember_linear(x, w, NULL, o);
+}
+
+/* matmul (batched, broadcast), add, mul, linear and its backward family through the dispatcher
+ * on OpenCL against the same calls on the CPU. Tolerance for the GEMMs: 1e-5 relative (k <= 70,
+ * inputs in [-1, 1)); elementwise ops bit for bit. */
+static void test_api_float(void) {
+    int64_t a[3] = {2, 5, 7}, b[3] = {1, 7, 9}, a2[2] = {13, 70}, b2[2] = {70, 11};
+    api_case(ember_matmul, 3, a, 3, b, 1e-5f);
+    api_case(ember_matmul, 2, a2, 2, b2, 1e-5f);
+    int64_t x[3] = {3, 4, 5}, y[1] = {5}, z[2] = {4, 1};
+    api_case(ember_add, 3, x, 1, y, 0.0f);
+    api_case(ember_mul, 3, x, 2, z, 0.0f);
+    int64_t lx[2] = {6, 10}, lw[2] = {10, 3}, dy[2] = {6, 3};
+    api_case(linear_nobias, 2, lx, 2, lw, 1e-5f);
+    api_case(ember_linear_x_backward, 2, lw, 2, dy, 1e-5f);
+    api_case(ember_linear_weight_backward, 2, lx, 2, dy, 1e-5f);
+    /* linear with a bias, and the bias gradient */
+    float X[60], W[30], Bv[3], DY[18];
+    tu_rand_f32(&rng, X, 60, -1, 1);
+    tu_rand_f32(&rng, W, 30, -1, 1);
+    tu_rand_f32(&rng, Bv, 3, -1, 1);
+    tu_rand_f32(&rng, DY, 18, -1, 1);
+    int64_t bsh[1] = {3};
+    float *res[2][2];
+    ember_device devs[2] = {CL0, TU_CPU};
+    for (int w = 0; w < 2; w++) {
+        ember_tensor *xt = from_f32(devs[w], 2, lx, X), *wt = from_f32(devs[w], 2, lw, W);
+        ember_tensor *bt = from_f32(devs[w], 1, bsh, Bv), *dt = from_f32(devs[w], 2, dy, DY);
+        ember_tensor *o = NULL, *db = NULL;
+        TU_OK(ember_linear(xt, wt, bt, &o));
+        TU_OK(ember_linear_bias_backward(dt, &db));
+        res[w][0] = o ? read_all(o) : calloc(18, 4);
+        res[w][1] = db ? read_all(db) : calloc(3, 4);
+        ember_tensor_free(xt);
+        ember_tensor_free(wt);
+        ember_tensor_free(bt);
+        ember_tensor_free(dt);
+        ember_tensor_free(o);
+        ember_tensor_free(db);
+    }
+    CU_ASSERT_TRUE(close_to(res[0][0], res[1][0], 18, 1e-5f));
+    CU_ASSERT_TRUE(close_to(res[0][1], res[1][1], 3, 1e-6f));
+    for (int w = 0; w < 2; w++) {
+        free(res[w][0]);
+        free(res[w][1]);
+    }
+}
+
+/* to_device CPU -> OpenCL -> CPU keeps every bit; F32 and BF16; OpenCL -> OpenCL when there are
+ * two devices. */
+static void test_api_transfer(void) {
+    float x[300], back[300];
+    tu_rand_f32(&rng, x, 300, -1e6f, 1e6f);
+    int64_t sh[2] = {15, 20};
+    ember_tensor *h = from_f32(TU_CPU, 2, sh, x), *c = NULL, *h2 = NULL;
+    TU_OK(ember_to_device(h, CL0, &c));
+    TU_OK(ember_to_device(c, TU_CPU, &h2));
+    if (h2) {
+        TU_OK(ember_tensor_read(h2, back, sizeof back));
+        CU_ASSERT_TRUE(bits_equal(back, x, 300));
+    }
+    if (ember_device_count(ctx, EMBER_BACKEND_OPENCL) >= 2) {
+        ember_device cl1 = {EMBER_BACKEND_OPENCL, 1};
+        ember_tensor *c1 = NULL;
+        TU_OK(ember_to_device(c, cl1, &c1));
+        if (c1) {
+            TU_OK(ember_tensor_read(c1, back, sizeof back));
+            CU_ASSERT_TRUE(bits_equal(back, x, 300));
+        }
+        ember_tensor_free(c1);
+    }
+    uint16_t hb[300], hb2[300];
+    for (int i = 0; i < 300; i++)
+        hb[i] = ember__f32_to_bf16(x[i]);
+    ember_tensor *bf = NULL, *bfc = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_BF16, 2, sh, hb, &bf));
+    TU_OK(ember_to_device(bf, CL0, &bfc));
+    if (bfc) {
+        TU_OK(ember_tensor_read(bfc, hb2, sizeof hb2));
+        CU_ASSERT_EQUAL(memcmp(hb, hb2, sizeof hb), 0);
+    }
+    ember_tensor_free(h);
+    ember_tensor_free(c);
+    ember_tensor_free(h2);
+    ember_tensor_free(bf);
+    ember_tensor_free(bfc);
+}
+
 /* ---------------------------------------------------------------- quantization */
 
-/* Scheme facts for the host reference (written from spec §4, independently of cl_quant.c). */
-static int qbits(ember_qvalue v) {
-    return (v == EMBER_Q8F || v == EMBER_Q8S || v == EMBER_E4M3 || v == EMBER_E5M2) ? 8
-           : (v == EMBER_Q2F || v == EMBER_Q2S)                                  ? 2
-                                                                                 : 4;
-}
-static void qrange(ember_qvalue v, float *a, float *b) {
-    static const float r[EMBER_QVALUE_COUNT][2] = {
-        {-128, 127}, {-127, 127}, {-8, 7}, {-7, 7}, {-2, 1}, {-1, 1}, {-448, 448}, {-57344, 57344},
-        {-6, 6}};
-    *a = r[v][0];
-    *b = r[v][1];
-}
-static int is_fp(ember_qvalue v) { return v == EMBER_E4M3 || v == EMBER_E5M2 || v == EMBER_E2M1; }
-static int per_unit(const ember_qscheme *s) {
-    return s->store == EMBER_QSTORE_PACKED_U32 ? 32 / qbits(s->value)
-           : s->store == EMBER_QSTORE_PACKED_NATIVE ? 2
-                                                   : 1;
-}
-static ember_scale_dtype sdt(const ember_qscheme *s) {
-    return s->block_rank ? s->block_scale : s->tensor_scale;
-}
-
-/* The minifloat value of a code (formula), for the brute-force encoder and the decoder. */
-static float mf_value(ember_qvalue v, uint32_t code) {
-    int bits = v == EMBER_E2M1 ? 4 : 8, mb = v == EMBER_E4M3 ? 3 : v == EMBER_E5M2 ? 2 : 1;
-    int bias = v == EMBER_E4M3 ? 7 : v == EMBER_E5M2 ? 15 : 1;
-    int eb = bits - 1 - mb;
-    uint32_t sign = code >> (bits - 1), e = (code >> mb) & ((1u << eb) - 1), m = code & ((1u << mb) - 1);
-    float val;
-    if (v == EMBER_E4M3 && e == 15 && m == 7)
-        val = NAN;
-    else if (v == EMBER_E5M2 && e == 31)
-        val = m ? NAN : INFINITY;
-    else
-        val = e ? ldexpf(1.0f + (float)m / (float)(1 << mb), (int)e - bias)
-                : ldexpf((float)m / (float)(1 << mb), 1 - bias);
-    return sign ? -val : val;
-}
-
-/* Nearest code by exhaustive search, ties to the even code; the sign of zero kept. */
-static uint32_t mf_encode_ref(ember_qvalue v, float x) {
-    int bits = v == EMBER_E2M1 ? 4 : 8;
-    uint32_t best = 0;
-    double bd = INFINITY;
-    for (uint32_t c = 0; c < (1u << (bits - 1)); c++) {
-        float val = mf_value(v, c);
-        if (isnan(val) || isinf(val))
-            continue;
-        double dd = fabs((double)fabsf(x) - (double)val);
-        if (dd < bd || (dd == bd && !(c & 1u))) {
-            bd = dd;
-            best = c;
-        }
-    }
-    return signbit(x) ? best | (1u << (bits - 1)) : best;
-}
-
-typedef struct qlay {
-    size_t values_bytes, nscales, ssize, scales_off, global_off, global_bytes, total;
-    int64_t block[EMBER_MAX_RANK], grid[EMBER_MAX_RANK];
-} qlay;
-
-static qlay qlayout(const ember_qscheme *s, int rank, const int64_t *shape) {
-    qlay l;
-    memset(&l, 0, sizeof l);
-    int64_t L = shape[rank - 1], rows = 1;
-    for (int d = 0; d < rank - 1; d++)
-        rows *= shape[d];
-    int per = per_unit(s);
-    int64_t units = (L + per - 1) / per;
-    l.values_bytes = (size_t)(rows * units * (s->store == EMBER_QSTORE_PACKED_U32 ? 4 : 1));
-    l.nscales = 1;
-    for (int d = 0; d < rank; d++) {
-        int j = d - (rank - s->block_rank);
-        l.block[d] = s->block_rank ? (j >= 0 ? s->block[j] : 1) : shape[d];
-        l.grid[d] = s->block_rank ? (shape[d] + l.block[d] - 1) / l.block[d] : 1;
-        l.nscales *= (size_t)l.grid[d];
-    }
-    l.ssize = ember__cl_scale_size(sdt(s));
-    l.scales_off = l.values_bytes;
-    l.global_off = l.scales_off + l.nscales * l.ssize;
-    l.global_bytes = (s->block_rank && s->tensor_level) ? 4 : 0;
-    l.total = l.global_off + l.global_bytes;
-    return l;
-}
-
-static size_t block_of(size_t i, int rank, const int64_t *shape, const qlay *l) {
-    size_t b = 0, stride = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        size_t c = i % (size_t)shape[d];
-        i /= (size_t)shape[d];
-        b += (c / (size_t)l->block[d]) * stride;
-        stride *= (size_t)l->grid[d];
-    }
-    return b;
-}
-
-/* An unfilled quantized tensor on dev with burn's layout. */
+/* An unfilled quantized tensor on dev (quant/'s layout), for calling the vtable directly. */
 static ember_tensor *qalloc(ember_device dev, const ember_qscheme *s, int rank,
                             const int64_t *shape) {
-    qlay l = qlayout(s, rank, shape);
     ember_tensor *t = NULL;
-    TU_OK(ember__tensor_alloc(ctx, dev, EMBER_QFLOAT, rank, shape, l.total, &t));
-    if (!t)
-        return NULL;
-    t->scheme = *s;
-    t->q.values_bytes = l.values_bytes;
-    t->q.scales_offset = l.scales_off;
-    t->q.scale_size = l.ssize;
-    t->q.nscales = l.nscales;
-    t->q.global_offset = l.global_off;
-    t->q.global_bytes = l.global_bytes;
-    t->q.total_bytes = l.total;
+    TU_OK(ember__qtensor_alloc(ctx, dev, s, rank, shape, &t));
     return t;
 }
 
-/* The host reference: quantize x (numel values, shape) into bytes[l.total] and dequantize them
- * into deq[]. Scales through ember__cl_scales_finish (checked against burn's vectors below). */
-static void ref_quantize(const ember_qscheme *s, int rank, const int64_t *shape, const float *x,
-                         const float *static_scales, uint8_t *bytes, float *deq) {
-    qlay l = qlayout(s, rank, shape);
-    size_t numel = 1;
-    for (int d = 0; d < rank; d++)
-        numel *= (size_t)shape[d];
-    float a, b;
-    qrange(s->value, &a, &b);
-    float *raw = calloc(l.nscales, 4), *eff = calloc(l.nscales, 4);
-    for (size_t i = 0; i < numel; i++) {
-        size_t bl = block_of(i, rank, shape, &l);
-        raw[bl] = fmaxf(raw[bl], fabsf(x[i]));
+static ember_tensor *quantize_on(ember_device dev, const ember_qscheme *s, int rank,
+                                 const int64_t *shape, const float *x, const float *static_scales,
+                                 const ember__qlayout *L) {
+    ember_tensor *xt = from_f32(dev, rank, shape, x), *q = NULL;
+    if (static_scales) {
+        ember_tensor *st = from_f32(dev, L->grid_rank, L->grid, static_scales);
+        TU_OK(ember_quantize_static(xt, s, st, &q));
+        ember_tensor_free(st);
+    } else {
+        TU_OK(ember_quantize(xt, s, &q));
     }
-    for (size_t i = 0; i < l.nscales; i++)
-        raw[i] = static_scales ? static_scales[i] : (2.0f * raw[i]) / (b - a);
-    float g;
-    memset(bytes, 0, l.total);
-    ember__cl_scales_finish(s, raw, l.nscales, bytes + l.scales_off, &g, eff);
-    if (l.global_bytes)
-        memcpy(bytes + l.global_off, &g, 4);
-    int bits = qbits(s->value), per = per_unit(s);
-    int64_t L = shape[rank - 1], U = (L + per - 1) / per;
-    int ub = s->store == EMBER_QSTORE_PACKED_U32 ? 4 : 1;
-    uint32_t mask = (1u << bits) - 1u;
-    for (size_t i = 0; i < numel; i++) {
-        size_t bl = block_of(i, rank, shape, &l);
-        float v = x[i] / eff[bl], qv;
-        uint32_t field;
-        if (is_fp(s->value)) {
-            field = mf_encode_ref(s->value, fminf(fmaxf(v, a), b));
-            qv = mf_value(s->value, field);
-        } else {
-            int32_t qi = (int32_t)fminf(fmaxf(roundf(v), a), b);
-            field = (uint32_t)qi & mask;
-            qv = (float)qi; /* the stored integer: no -0 */
-        }
-        deq[i] = eff[bl] * qv;
-        size_t r = i / (size_t)L, c = i % (size_t)L;
-        size_t unit = r * (size_t)U + c / (size_t)per, j = c % (size_t)per;
-        uint32_t sh = (uint32_t)j * (uint32_t)bits;
-        uint8_t *p = bytes + unit * (size_t)ub + sh / 8;
-        *p = (uint8_t)(*p | (uint8_t)(field << (sh % 8)));
-    }
-    free(raw);
-    free(eff);
+    ember_tensor_free(xt);
+    return q;
 }
 
-/* Quantize x on opencl:0 (static scales when given), compare the bytes with the reference,
- * dequantize and compare bit for bit. Returns the quantized tensor's bytes in out_bytes if given. */
+/* Quantize x on opencl:0 and on the CPU backend through the public API (static scales when
+ * given): the QuantizedBytes must be identical to each other and to quant/'s reference, and the
+ * dequantized floats (on each producer) identical bit for bit. The bytes go to out_bytes. */
 static void q_roundtrip(const ember_qscheme *s, int rank, const int64_t *shape, const float *x,
                         const float *static_scales, uint8_t *out_bytes) {
-    qlay l = qlayout(s, rank, shape);
+    ember__qlayout L;
+    TU_OK(ember__qlayout_compute(s, rank, shape, &L));
     size_t numel = 1;
     for (int d = 0; d < rank; d++)
         numel *= (size_t)shape[d];
-    uint8_t *want = malloc(l.total + 1), *got = malloc(l.total + 1);
-    float *deq_want = malloc(numel * 4 + 4), *deq_got = malloc(numel * 4 + 4);
-    ref_quantize(s, rank, shape, x, static_scales, want, deq_want);
-    ember_tensor *xt = from_f32(CL0, rank, shape, x), *st = NULL;
-    if (static_scales) {
-        int64_t gsh[EMBER_MAX_RANK];
-        memcpy(gsh, l.grid, sizeof gsh);
-        st = from_f32(CL0, rank, gsh, static_scales);
-    }
-    ember_tensor *q = qalloc(CL0, s, rank, shape);
-    TU_OK(clops()->quantize(cls(), 0, xt, st, q));
-    read_raw(q, got);
-    int same = memcmp(got, want, l.total) == 0;
-    if (!same) {
-        for (size_t i = 0; i < l.total; i++)
-            if (got[i] != want[i]) {
-                fprintf(stderr, "  %s/%s block_rank %d: byte %zu of %zu: got %02x want %02x\n",
-                        ember_qvalue_name(s->value), ember_qstore_name(s->store), s->block_rank, i,
-                        l.total, got[i], want[i]);
-                break;
-            }
-    }
+    uint8_t *want = calloc(L.total_bytes + 1, 1), *got_cl = malloc(L.total_bytes + 1);
+    uint8_t *got_cpu = malloc(L.total_bytes + 1);
+    float *deq_cl = malloc(numel * 4 + 4), *deq_cpu = malloc(numel * 4 + 4);
+    TU_OK(ember__qref_quantize(s, &L, rank, shape, x, static_scales, want));
+    ember_tensor *qc = quantize_on(CL0, s, rank, shape, x, static_scales, &L);
+    ember_tensor *qh = quantize_on(TU_CPU, s, rank, shape, x, static_scales, &L);
+    if (!qc || !qh)
+        goto done;
+    CU_ASSERT_EQUAL(ember_tensor_device(qc).backend, EMBER_BACKEND_OPENCL);
+    size_t len = 0;
+    TU_OK(ember_qtensor_to_bytes(qc, got_cl, L.total_bytes, &len));
+    CU_ASSERT_EQUAL(len, L.total_bytes);
+    TU_OK(ember_qtensor_to_bytes(qh, got_cpu, L.total_bytes, &len));
+    int same = memcmp(got_cl, got_cpu, L.total_bytes) == 0;
+    for (size_t i = 0; !same && i < L.total_bytes; i++)
+        if (got_cl[i] != got_cpu[i]) {
+            fprintf(stderr,
+                    "  %s/%s block_rank %d two-level %d: byte %zu of %zu: opencl %02x cpu %02x\n",
+                    ember_qvalue_name(s->value), ember_qstore_name(s->store), s->block_rank,
+                    s->tensor_level, i, L.total_bytes, got_cl[i], got_cpu[i]);
+            break;
+        }
     CU_ASSERT_TRUE(same);
-    ember_tensor *d = alloc_t(CL0, EMBER_F32, rank, shape);
-    TU_OK(clops()->dequantize(cls(), 0, q, d));
-    TU_OK(ember_tensor_read(d, deq_got, numel * 4));
-    CU_ASSERT_TRUE(bits_equal(deq_got, deq_want, numel));
+    CU_ASSERT_EQUAL(memcmp(got_cl, want, L.total_bytes), 0);
+    ember_tensor *dc = NULL, *dh = NULL;
+    TU_OK(ember_dequantize(qc, &dc));
+    TU_OK(ember_dequantize(qh, &dh));
+    if (dc && dh) {
+        CU_ASSERT_EQUAL(ember_tensor_device(dc).backend, EMBER_BACKEND_OPENCL);
+        TU_OK(ember_tensor_read(dc, deq_cl, numel * 4));
+        TU_OK(ember_tensor_read(dh, deq_cpu, numel * 4));
+        CU_ASSERT_TRUE(bits_equal(deq_cl, deq_cpu, numel));
+    }
+    ember_tensor_free(dc);
+    ember_tensor_free(dh);
     if (out_bytes)
-        memcpy(out_bytes, got, l.total);
-    ember_tensor_free(xt);
-    ember_tensor_free(st);
-    ember_tensor_free(q);
-    ember_tensor_free(d);
+        memcpy(out_bytes, got_cl, L.total_bytes);
+done:
+    ember_tensor_free(qc);
+    ember_tensor_free(qh);
     free(want);
-    free(got);
-    free(deq_want);
-    free(deq_got);
+    free(got_cl);
+    free(got_cpu);
+    free(deq_cl);
+    free(deq_cpu);
 }
 
-static float f32_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+static uint32_t u32_at(const uint8_t *p, size_t off) {
+    uint32_t u;
+    memcpy(&u, p + off, 4);
+    return u;
 }
 
 /* spec §6.1 - §6.4: burn's own numbers. */
@@ -582,7 +600,7 @@ static void test_quant_golden(void) {
     const int8_t t1q[8] = {127, 3, -3, 1, -1, 2, 0, -127};
     q_roundtrip(&q8s, 1, s8, t1, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t1q, 8), 0);
-    CU_ASSERT_EQUAL(le32(bytes + 8), 0x3F800000u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 8), 0x3F800000u);
     /* T2: burn's test, serialized bytes 81 b9 00 23 d4 36 68 3c */
     const float t2[4] = {-1.8f, -1.0f, 0.0f, 0.5f};
     const uint8_t t2b[8] = {0x81, 0xb9, 0x00, 0x23, 0xd4, 0x36, 0x68, 0x3c};
@@ -591,43 +609,43 @@ static void test_quant_golden(void) {
     /* T5 zeros: the stored scale is FLT_MIN */
     const float t5[4] = {0, 0, 0, 0};
     q_roundtrip(&q8s, 1, s4, t5, NULL, bytes);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x00800000u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x00800000u);
     /* T6 */
     const float t6[6] = {0, 1, 2, 3, 4, 5};
     const int8_t t6q[6] = {0, 25, 51, 76, 102, 127};
     q_roundtrip(&q8s, 1, s6, t6, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t6q, 6), 0);
-    CU_ASSERT_EQUAL(le32(bytes + 6), 0x3D214285u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 6), 0x3D214285u);
     /* T7 Q8F */
     ember_qscheme q8f = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
     const float t7[4] = {-1, 0.5f, 1, -0.25f};
     const int8_t t7q[4] = {-127, 64, 127, -32};
     q_roundtrip(&q8f, 1, s4, t7, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, t7q, 4), 0);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3C008081u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x3C008081u);
     /* T8 Q4S packed: word 0x175320D9 */
     ember_qscheme q4s = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
     const float t8[8] = {-1, -0.5f, 0, 0.25f, 0.5f, 0.75f, 1, 0.1f};
     q_roundtrip(&q4s, 1, s8, t8, NULL, bytes);
-    CU_ASSERT_EQUAL(le32(bytes), 0x175320D9u);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3E124925u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 0), 0x175320D9u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x3E124925u);
     /* T9 Q4F, T10 Q2S (word 0x00003443), T11 Q2F */
     ember_qscheme q4f = ember_qscheme_per_tensor(EMBER_Q4F, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q4f, 1, s8, t8, NULL, bytes);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3E088889u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x3E088889u);
     const float t10[8] = {-0.9f, -0.4f, 0, 0.6f, 0.3f, 1, -1, 0.49f};
     ember_qscheme q2s = ember_qscheme_per_tensor(EMBER_Q2S, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q2s, 1, s8, t10, NULL, bytes);
-    CU_ASSERT_EQUAL(le32(bytes), 0x00003443u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 0), 0x00003443u);
     ember_qscheme q2f = ember_qscheme_per_tensor(EMBER_Q2F, EMBER_QSTORE_PACKED_U32);
     q_roundtrip(&q2f, 1, s8, t10, NULL, bytes);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x3F2AAAABu);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x3F2AAAABu);
     /* §6.4: Q8S packed, 5 values: words 0x7FFD0280, 0x00000037 (zero-padded) via static scale 1 */
     ember_qscheme q8p = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_PACKED_U32);
     const float p5[5] = {-128, 2, -3, 127, 55}, one = 1.0f;
     q_roundtrip(&q8p, 1, s5, p5, &one, bytes);
-    CU_ASSERT_EQUAL(le32(bytes), 0x7FFD0280u);
-    CU_ASSERT_EQUAL(le32(bytes + 4), 0x00000037u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 0), 0x7FFD0280u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 4), 0x00000037u);
     /* B1: per_block([4]) on [2,4] */
     int64_t s24[2] = {2, 4}, blk4[1] = {4}, blk22[2] = {2, 2};
     ember_qscheme b1 = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk4);
@@ -635,7 +653,7 @@ static void test_quant_golden(void) {
     const int8_t b1q[8] = {32, -64, 16, 127, 42, 85, -127, 21};
     q_roundtrip(&b1, 2, s24, xb1, NULL, bytes);
     CU_ASSERT_EQUAL(memcmp(bytes, b1q, 8), 0);
-    CU_ASSERT_EQUAL(le32(bytes + 12), 0x3B1ACF38u);
+    CU_ASSERT_EQUAL(u32_at(bytes, 12), 0x3B1ACF38u);
     /* B2: per_block([2,2]) rectangles */
     ember_qscheme b2 = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk22);
     const float xb2[8] = {1, 2, 10, -20, 3, -4, 5, 0};
@@ -652,8 +670,7 @@ static void test_quant_golden(void) {
     CU_ASSERT_EQUAL(memcmp(bytes, b3q, 8), 0);
     CU_ASSERT_EQUAL(bytes[8], 0x7E);
     CU_ASSERT_EQUAL(bytes[9], 0x61);
-    CU_ASSERT_EQUAL(le32(bytes + 10), 0x38937005u);
-    (void)f32_of;
+    CU_ASSERT_EQUAL(u32_at(bytes, 10), 0x38937005u);
 }
 
 /* Every scheme the quant issue names, random data, against the reference: per-tensor, per-block
@@ -662,11 +679,11 @@ static void test_quant_random(void) {
     static const struct {
         ember_qvalue v;
         ember_qstore s;
-    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},     {EMBER_Q8S, EMBER_QSTORE_NATIVE},
-                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32}, {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
-                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32}, {EMBER_E4M3, EMBER_QSTORE_NATIVE},
-                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},    {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
+    } kinds[] = {{EMBER_Q8F, EMBER_QSTORE_NATIVE},         {EMBER_Q8S, EMBER_QSTORE_NATIVE},
+                 {EMBER_Q8S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q4F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32},     {EMBER_Q2F, EMBER_QSTORE_PACKED_U32},
+                 {EMBER_Q2S, EMBER_QSTORE_PACKED_U32},     {EMBER_E4M3, EMBER_QSTORE_NATIVE},
+                 {EMBER_E5M2, EMBER_QSTORE_NATIVE},        {EMBER_E4M3, EMBER_QSTORE_PACKED_U32},
                  {EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE}, {EMBER_E2M1, EMBER_QSTORE_PACKED_U32}};
     int64_t shape[3] = {3, 6, 20}; /* the last dim leaves partial words for every packing */
     size_t numel = 3 * 6 * 20;
@@ -703,6 +720,7 @@ static void test_quant_random(void) {
     float ss[18];
     tu_rand_f32(&rng, ss, 18, 0.001f, 0.1f);
     ss[3] = 1e-30f;
+    ss[4] = 0.0f; /* takes the FLT_MIN guard */
     q_roundtrip(&sb, 3, shape, x, ss, NULL);
     /* larger tensor per-tensor: many work-groups in the reduction's single block */
     int64_t big[2] = {64, 300};
@@ -711,6 +729,56 @@ static void test_quant_random(void) {
     ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     q_roundtrip(&q8, 2, big, xb, NULL, NULL);
     free(xb);
+}
+
+/* The work-group absmax kernel (other devices than CPUs) forced on this device, and the CPU
+ * one forced: per-tensor, row blocks, rectangles, two-level, a tensor of many chunks. */
+static void test_quant_absmax_kernels(void) {
+    float *x = malloc(64 * 1000 * 4);
+    tu_rand_f32(&rng, x, 64 * 1000, -50.0f, 50.0f);
+    x[12345] = 77.0f; /* the max deep inside: in a later chunk */
+    int64_t big[2] = {64, 1000}, sh[3] = {3, 6, 20}, b1[1] = {5}, b2[2] = {3, 4};
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&pt, 2, big, x, NULL, NULL);
+        ember_qscheme rb = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, b1);
+        q_roundtrip(&rb, 3, sh, x, NULL, NULL);
+        ember_qscheme rr = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 2, b2);
+        rr.block_scale = EMBER_SCALE_UE4M3;
+        rr.tensor_level = 1;
+        q_roundtrip(&rr, 3, sh, x, NULL, NULL);
+        float bad[8] = {1, 2, 3, 4, 5, 6, 7, NAN};
+        int64_t s8[1] = {8};
+        ember_tensor *t = from_f32(CL0, 1, s8, bad), *q = NULL;
+        TU_ASSERT_STATUS(ember_quantize(t, &pt, &q), EMBER_ERR_NON_FINITE, "NaN or Inf");
+        CU_ASSERT_PTR_NULL(q);
+        ember_tensor_free(t);
+    }
+    cls()->gemm_variant = 0;
+    free(x);
+}
+
+/* The fma-corrected software division (for devices with neither exact division nor fp64),
+ * forced here: the same bytes as the CPU. Values near rounding ties of x / s stress it. */
+static void test_quant_soft_div(void) {
+    for (int mode = 1; mode <= 2; mode++) {
+        cls()->soft_div = mode;
+        float x[512];
+        int64_t sh[2] = {8, 64}, blk[1] = {16};
+        tu_rand_f32(&rng, x, 512, -3.0f, 3.0f);
+        x[0] = 3.0f; /* alpha = 3: s = 3/127, and x = (j + 0.5) * s lands within an ulp of ties */
+        for (int j = 1; j < 200; j++)
+            x[j] = ((float)(j % 120) + 0.5f) * (3.0f / 127.0f);
+        ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&q8, 2, sh, x, NULL, NULL);
+        ember_qscheme q4 = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 1, blk);
+        q4.block_scale = EMBER_SCALE_F16;
+        q_roundtrip(&q4, 2, sh, x, NULL, NULL);
+        ember_qscheme e4 = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+        q_roundtrip(&e4, 2, sh, x, NULL, NULL);
+    }
+    cls()->soft_div = 0;
 }
 
 static void test_quant_non_finite(void) {
@@ -768,9 +836,39 @@ static void qmm_case(ember_qvalue va, ember_qstore sa_, ember_qvalue vb, ember_q
                 for (int64_t p = 0; p < k; p++)
                     acc += (int32_t)(int8_t)abytes[(bi * m + i) * ra + p] *
                            (int32_t)(int8_t)bbytes[(bi * k + p) * rb + j];
-                R[(bi * m + i) * n + j] = (float)acc * (sa * sb);
+                R[(bi * m + i) * n + j] = 0.0f + (sa * sb) * (float)acc;
             }
     CU_ASSERT_TRUE(bits_equal(O, R, no));
+    /* the public API on both backends: the same bits (the CPU's integer path has the same
+     * epilogue; the scales and values are the same bytes) */
+    float *Pc = malloc(no * 4), *Ph = malloc(no * 4);
+    ember_device devs[2] = {CL0, TU_CPU};
+    float *outs[2] = {Pc, Ph};
+    for (int w = 0; w < 2; w++) {
+        ember_tensor *xa = from_f32(devs[w], 3, ash, A), *xb = from_f32(devs[w], 3, bsh, B);
+        ember_tensor *qa_ = NULL, *qb_ = NULL, *o = NULL;
+        TU_OK(ember_quantize(xa, &qa, &qa_));
+        TU_OK(ember_quantize(xb, &qb, &qb_));
+        TU_OK(ember_q_matmul(qa_, qb_, &o));
+        if (o) {
+            CU_ASSERT_EQUAL(ember_tensor_device(o).backend, devs[w].backend);
+            TU_OK(ember_tensor_read(o, outs[w], no * 4));
+        }
+        ember_tensor_free(xa);
+        ember_tensor_free(xb);
+        ember_tensor_free(qa_);
+        ember_tensor_free(qb_);
+        ember_tensor_free(o);
+    }
+    CU_ASSERT_TRUE(bits_equal(Pc, R, no));
+    if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
+        CU_ASSERT_TRUE(bits_equal(Ph, R, no));
+    } else { /* the CPU backend has no integer path yet: dequantize + sgemm, float rounding */
+        for (size_t i = 0; i < no; i++)
+            CU_ASSERT_TRUE(fabsf(Ph[i] - R[i]) <= 1e-5f * (1.0f + fabsf(R[i])));
+    }
+    free(Pc);
+    free(Ph);
     free(abytes);
     free(bbytes);
     ember_tensor_free(at);
@@ -785,9 +883,105 @@ static void qmm_case(ember_qvalue va, ember_qstore sa_, ember_qvalue vb, ember_q
 }
 
 static void test_q_matmul(void) {
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
-    qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13, 31);
-    qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 45, 70, 100);
+        qmm_case(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, EMBER_Q8S, EMBER_QSTORE_PACKED_U32, 2, 9, 13,
+                 31);
+        qmm_case(EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 1, 1, 67, 64);
+    }
+    cls()->gemm_variant = 0;
+}
+
+/* (Q, Q) with per-row lhs / per-column rhs scales on the integer path: called through the vtable
+ * (it must take them, not decline) and through the public API; exactly
+ * 0 + (sa[i / bm] * sb[j / bn]) * (float)acc from the stored bytes and effective scales. */
+static void qmm_pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n,
+                        int64_t k, int64_t bm, int64_t bn) {
+    size_t na = (size_t)(m * k), nb = (size_t)(k * n), no = (size_t)(m * n);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4), *R = malloc(no * 4);
+    float *P = malloc(no * 4), *H = malloc(no * 4);
+    tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+    tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
+    for (int64_t j = 0; j < k; j++) /* row 1 of A much smaller: its scale differs a lot */
+        A[k + j] *= 0.01f;
+    int64_t ash[2] = {m, k}, bsh[2] = {k, n}, osh[2] = {m, n};
+    ember_tensor *at = from_f32(CL0, 2, ash, A), *bt = from_f32(CL0, 2, bsh, B);
+    ember_tensor *aq = NULL, *bq = NULL, *o = NULL;
+    TU_OK(ember_quantize(at, qa, &aq));
+    TU_OK(ember_quantize(bt, qb, &bq));
+    ember_tensor *ot = alloc_t(CL0, EMBER_F32, 2, osh);
+    int64_t z = 0;
+    ember__gemm g = {0, 0, m, n, k, 1, &z, &z, 1.0f, 0.0f};
+    TU_OK(clops()->q_matmul(cls(), 0, &g, aq, bq, ot));
+    TU_OK(ember_tensor_read(ot, O, no * 4));
+    TU_OK(ember_q_matmul(aq, bq, &o));
+    if (o)
+        TU_OK(ember_tensor_read(o, P, no * 4));
+    /* the reference */
+    int8_t *av = malloc(na), *bv = malloc(nb);
+    float *sa = malloc(aq->q.nscales * 4), *sb = malloc(bq->q.nscales * 4);
+    TU_OK(ember_qtensor_values(aq, av, na));
+    TU_OK(ember_qtensor_values(bq, bv, nb));
+    TU_OK(ember__qtensor_effective_scales(aq, sa));
+    TU_OK(ember__qtensor_effective_scales(bq, sb));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int64_t p = 0; p < k; p++)
+                acc += (int32_t)av[i * k + p] * (int32_t)bv[p * n + j];
+            R[i * n + j] = 0.0f + (sa[i / bm] * sb[j / bn]) * (float)acc;
+        }
+    CU_ASSERT_TRUE(bits_equal(O, R, no));
+    CU_ASSERT_TRUE(bits_equal(P, R, no));
+    /* the CPU backend from the same floats: its integer path when it has one, else burn's
+     * dequantize + sgemm (float rounding) */
+    ember_tensor *ah = from_f32(TU_CPU, 2, ash, A), *bh = from_f32(TU_CPU, 2, bsh, B);
+    ember_tensor *ahq = NULL, *bhq = NULL, *oh = NULL;
+    TU_OK(ember_quantize(ah, qa, &ahq));
+    TU_OK(ember_quantize(bh, qb, &bhq));
+    TU_OK(ember_q_matmul(ahq, bhq, &oh));
+    if (oh) {
+        TU_OK(ember_tensor_read(oh, H, no * 4));
+        if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
+            CU_ASSERT_TRUE(bits_equal(H, R, no));
+        } else {
+            CU_ASSERT_TRUE(close_to(H, R, no, 1e-5f));
+        }
+    }
+    ember_tensor *all[] = {at, bt, aq, bq, o, ot, ah, bh, ahq, bhq, oh};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
+    free(av);
+    free(bv);
+    free(sa);
+    free(sb);
+    free(A);
+    free(B);
+    free(O);
+    free(R);
+    free(P);
+    free(H);
+}
+
+static void test_q_matmul_per_channel(void) {
+    const int64_t m = 12, n = 40, k = 200;
+    int64_t row[2] = {1, k}, row2[2] = {2, k}, col[2] = {k, 1}, col4[2] = {k, 4};
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme ar = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, row);
+    ember_qscheme ar2 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, row2);
+    ember_qscheme bc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+    ember_qscheme bc4 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, col4);
+    bc4.block_scale = EMBER_SCALE_F16;
+    bc4.tensor_level = 1; /* two-level: g * s_b */
+    for (int variant = 1; variant <= 2; variant++) {
+        cls()->gemm_variant = variant;
+        qmm_pc_case(&ar, &bc, m, n, k, 1, 1);
+        qmm_pc_case(&pt, &bc, m, n, k, m, 1);
+        qmm_pc_case(&ar, &pt, m, n, k, 1, n);
+        qmm_pc_case(&ar2, &bc4, m, n, k, 2, 4);
+    }
+    cls()->gemm_variant = 0;
 }
 
 /* spec §6.5 (Quant x Quant): burn's dequantize-then-matmul numbers, within float rounding. */
@@ -823,6 +1017,43 @@ static void test_q_matmul_golden(void) {
     ember_tensor_free(aq);
     ember_tensor_free(wq);
     ember_tensor_free(ot);
+}
+
+/* The arms the integer path leaves to the dispatcher, through the public API on both backends:
+ * (F, Q), (Q, F), and (Q, Q) per-block (dequantize on the producer + f32 GEMM); float rounding. */
+static void test_q_matmul_fallbacks(void) {
+    float A[4 * 32], W[32 * 6];
+    tu_rand_f32(&rng, A, 128, -1, 1);
+    tu_rand_f32(&rng, W, 192, -1, 1);
+    int64_t ash[2] = {4, 32}, wsh[2] = {32, 6}, blk[1] = {8};
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    ember_qscheme pb = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk);
+    ember_device devs[2] = {CL0, TU_CPU};
+    float out[3][2][24];
+    for (int w = 0; w < 2; w++) {
+        ember_tensor *a = from_f32(devs[w], 2, ash, A), *wt = from_f32(devs[w], 2, wsh, W);
+        ember_tensor *aq = NULL, *wq = NULL, *wq2 = NULL, *o[3] = {NULL, NULL, NULL};
+        TU_OK(ember_quantize(wt, &pt, &wq));
+        TU_OK(ember_quantize(a, &pb, &aq));
+        TU_OK(ember_quantize(wt, &pt, &wq2));
+        TU_OK(ember_q_matmul(a, wq, &o[0]));   /* (F, Q) */
+        TU_OK(ember_q_matmul(aq, wt, &o[1]));  /* (Q, F) */
+        TU_OK(ember_q_matmul(aq, wq2, &o[2])); /* (Q, Q), per-block lhs */
+        for (int i = 0; i < 3; i++) {
+            if (o[i]) {
+                CU_ASSERT_EQUAL(ember_tensor_device(o[i]).backend, devs[w].backend);
+                TU_OK(ember_tensor_read(o[i], out[i][w], sizeof out[i][w]));
+            }
+            ember_tensor_free(o[i]);
+        }
+        ember_tensor_free(a);
+        ember_tensor_free(wt);
+        ember_tensor_free(aq);
+        ember_tensor_free(wq);
+        ember_tensor_free(wq2);
+    }
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_TRUE(close_to(out[i][0], out[i][1], 24, 1e-5f));
 }
 
 /* Allocation failures inside quantize: every one reported, nothing leaked. */
@@ -878,12 +1109,18 @@ int main(void) {
                             {"binary_f32 broadcast vs cpu", test_binary},
                             {"sum_rows_f32 vs cpu", test_sum_rows},
                             {"convert bf16 / f16 vs half.c", test_convert},
+                            {"public float ops vs cpu", test_api_float},
+                            {"to_device round trips", test_api_transfer},
                             CU_TEST_INFO_NULL};
     CU_TestInfo quant[] = {{"golden vectors (spec 6)", test_quant_golden},
                            {"every scheme, random data", test_quant_random},
+                           {"both absmax kernels", test_quant_absmax_kernels},
+                           {"software division", test_quant_soft_div},
                            {"NaN / Inf input", test_quant_non_finite},
                            {"q_matmul int8 exact", test_q_matmul},
+                           {"q_matmul per-row / per-column int8", test_q_matmul_per_channel},
                            {"q_matmul golden and fallbacks", test_q_matmul_golden},
+                           {"q_matmul (F,Q) (Q,F) per-block vs cpu", test_q_matmul_fallbacks},
                            {"quantize allocation failures", test_quantize_alloc_failures},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl devices", suite_init, NULL, NULL, NULL, devices},

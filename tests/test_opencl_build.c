@@ -4,9 +4,12 @@
  * Exit 77 (skipped) when no OpenCL device is found. Only tiny programs are built. */
 #include <ctype.h>
 #include <dirent.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/opencl/cl_backend.h"
@@ -63,10 +66,15 @@ static void test_selection(void) {
         const char *platform, *device;
         int min, max;
     } cases[] = {
-        {"0", NULL, 1, n},       {psub, NULL, 1, n},      {"999", NULL, 0, 0},
-        {"zz-no-such-platform", NULL, 0, 0},             {NULL, "0", 1, 1},
-        {NULL, dsub, 1, n},      {NULL, "zz-no-such-device", 0, 0},
-        {NULL, "4096", 0, 0},    {psub, dsub, 1, n},
+        {"0", NULL, 1, n},
+        {psub, NULL, 1, n},
+        {"999", NULL, 0, 0},
+        {"zz-no-such-platform", NULL, 0, 0},
+        {NULL, "0", 1, 1},
+        {NULL, dsub, 1, n},
+        {NULL, "zz-no-such-device", 0, 0},
+        {NULL, "4096", 0, 0},
+        {psub, dsub, 1, n},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ember_context *c = ctx_with(cases[i].platform, cases[i].device, NULL, NULL);
@@ -111,7 +119,10 @@ static void test_int8_path(void) {
     static const struct {
         const char *forced;
         const char *want; /* NULL: generic unless the device has that path */
-    } cases[] = {{"generic", "opencl.generic"}, {"dot4", NULL}, {"mma", NULL}, {"wgmma", NULL},
+    } cases[] = {{"generic", "opencl.generic"},
+                 {"dot4", NULL},
+                 {"mma", NULL},
+                 {"wgmma", NULL},
                  {"no-such-path", "opencl.generic"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         c = ctx_with(NULL, NULL, cases[i].forced, NULL);
@@ -119,7 +130,8 @@ static void test_int8_path(void) {
         const char *want = cases[i].want;
         if (!want) {
             want = "opencl.generic";
-            for (const ember__cl_qpath *p = ember__cl_qpaths; p->name; p++)
+            const ember__cl_qpath *p;
+            for (size_t j = 0; (p = ember__cl_qpath_at(j)) != NULL; j++)
                 if (strcmp(p->name, cases[i].forced) == 0 && p->available(d))
                     want = p->label;
         }
@@ -138,9 +150,10 @@ static void test_error_names(void) {
                            "CL_BUILD_PROGRAM_FAILURE");
     CU_ASSERT_STRING_EQUAL(ember__cl_error_name(-1001), "CL_PLATFORM_NOT_FOUND_KHR");
     CU_ASSERT_STRING_EQUAL(ember__cl_error_name(-12345), "CL_UNKNOWN_ERROR");
-    TU_ASSERT_STATUS(ember__cl_fail("gemm_f32", "clEnqueueNDRangeKernel", 0, CL_INVALID_KERNEL_ARGS),
-                     EMBER_ERR_DEVICE,
-                     "gemm_f32: clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_KERNEL_ARGS (-52)");
+    TU_ASSERT_STATUS(
+        ember__cl_fail("gemm_f32", "clEnqueueNDRangeKernel", 0, CL_INVALID_KERNEL_ARGS),
+        EMBER_ERR_DEVICE,
+        "gemm_f32: clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_KERNEL_ARGS (-52)");
 
     /* real CL errors from the device, through the backend's own paths */
     ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
@@ -148,7 +161,8 @@ static void test_error_names(void) {
     size_t one = 1;
     TU_ASSERT_STATUS(ember__cl_launch(s, 0, "test_op", "elementwise", "", "no_such_kernel", 0, NULL,
                                       1, &one, NULL),
-                     EMBER_ERR_DEVICE, "test_op: clCreateKernel failed on opencl:0: CL_INVALID_KERNEL_NAME");
+                     EMBER_ERR_DEVICE,
+                     "test_op: clCreateKernel failed on opencl:0: CL_INVALID_KERNEL_NAME");
     /* a work-group that does not divide the global size (OpenCL 1.x rule; 2.0+ devices may
      * accept non-uniform groups, then the launch succeeds) */
     cl_mem m;
@@ -157,10 +171,11 @@ static void test_error_names(void) {
     const ember__cl_arg args[4] = {EMBER_CL_ARG(m), EMBER_CL_ARG(z), EMBER_CL_ARG(z),
                                    EMBER_CL_ARG(m)};
     size_t g = 5, l = 3;
-    ember_status st = ember__cl_launch(s, 0, "test_op", "elementwise", "", "sum_rows_f32", 4, args,
-                                       1, &g, &l);
+    ember_status st =
+        ember__cl_launch(s, 0, "test_op", "elementwise", "", "sum_rows_f32", 4, args, 1, &g, &l);
     if (st != EMBER_OK)
-        TU_ASSERT_STATUS(st, EMBER_ERR_DEVICE, "clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_WORK_GROUP_SIZE");
+        TU_ASSERT_STATUS(st, EMBER_ERR_DEVICE,
+                         "clEnqueueNDRangeKernel failed on opencl:0: CL_INVALID_WORK_GROUP_SIZE");
     /* reads past the end of a buffer: CL_INVALID_VALUE */
     char buf[8];
     TU_ASSERT_STATUS(ember__cl_read(s, 0, "test_op", m, 60, buf, 8), EMBER_ERR_DEVICE,
@@ -188,8 +203,9 @@ static void test_build_failure(void) {
     CU_ASSERT_PTR_EQUAL(p, (cl_program)(uintptr_t)1); /* untouched on failure */
     /* bad options are a build failure too */
     const char *fine = "__kernel void fine(__global int *o) { o[0] = 1; }\n";
-    TU_ASSERT_STATUS(ember__cl_program_get_src(s, 0, "fine_test", fine, "-cl-no-such-option-xyz", &p),
-                     EMBER_ERR_KERNEL_BUILD, "fine_test");
+    TU_ASSERT_STATUS(
+        ember__cl_program_get_src(s, 0, "fine_test", fine, "-cl-no-such-option-xyz", &p),
+        EMBER_ERR_KERNEL_BUILD, "fine_test");
     TU_OK(ember__cl_program_get_src(s, 0, "fine_test", fine, "", &p));
     cl_program again = NULL;
     TU_OK(ember__cl_program_get_src(s, 0, "fine_test", fine, "", &again));
@@ -276,12 +292,229 @@ static void test_disk_cache(void) {
     rmdir(dir);
 }
 
+/* Several threads racing on a fresh context: each program is built once (under the device's
+ * lock) and every thread gets the right answer. */
+typedef struct race_arg {
+    ember_context *ctx;
+    int ok;
+} race_arg;
+
+static void *race_body(void *p) {
+    race_arg *r = p;
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4] = {0};
+    int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    ember_tensor *ta = NULL, *tb = NULL, *tc = NULL;
+    r->ok = ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sa, a, &ta) == EMBER_OK &&
+            ember_tensor_from_data(r->ctx, cl, EMBER_F32, 2, sb, b, &tb) == EMBER_OK &&
+            ember_matmul(ta, tb, &tc) == EMBER_OK &&
+            ember_tensor_read(tc, c, sizeof c) == EMBER_OK && c[0] == 4 && c[1] == 5 &&
+            c[2] == 10 && c[3] == 11;
+    ember_tensor_free(ta);
+    ember_tensor_free(tb);
+    ember_tensor_free(tc);
+    return NULL;
+}
+
+static void test_threads(void) {
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    pthread_t th[4];
+    race_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i].ctx = c;
+        args[i].ok = 0;
+        CU_ASSERT_EQUAL_FATAL(pthread_create(&th[i], NULL, race_body, &args[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CU_ASSERT_TRUE(args[i].ok);
+    }
+    int programs = 0;
+    for (ember__cl_program *p = cls_of(c)->dev[0].programs; p; p = p->next)
+        programs++;
+    CU_ASSERT_EQUAL(programs, 1); /* gemm, once */
+    ember_context_destroy(c);
+}
+
+/* Allocation failures while a fresh context builds its first program and runs an op: each one
+ * reported as OUT_OF_MEMORY, nothing leaked, and the op works once allocations succeed. */
+static void test_alloc_failures(void) {
+    float a[4] = {1, 2, 3, 4}, c[4];
+    int64_t sh[2] = {2, 2};
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    int ok = 0;
+    for (long n = 1; n < 40 && !ok; n++) {
+        ember_context *ctx = ctx_with(NULL, NULL, NULL, NULL);
+        ember_tensor *t = NULL, *o = NULL;
+        TU_OK(ember_tensor_from_data(ctx, cl, EMBER_F32, 2, sh, a, &t));
+        long live = ember__alloc_live();
+        ember__alloc_fail_at(n);
+        ember_status st = ember_matmul(t, t, &o);
+        ember__alloc_fail_at(0);
+        if (st == EMBER_OK) {
+            ok = 1;
+            TU_OK(ember_tensor_read(o, c, sizeof c));
+            CU_ASSERT_TRUE(c[0] == 7 && c[1] == 10 && c[2] == 15 && c[3] == 22);
+            ember_tensor_free(o);
+        } else {
+            CU_ASSERT_EQUAL(st, EMBER_ERR_OUT_OF_MEMORY);
+            CU_ASSERT_PTR_NULL(o);
+            CU_ASSERT_EQUAL(ember__alloc_live(), live);
+        }
+        ember_tensor_free(t);
+        ember_context_destroy(ctx);
+    }
+    CU_ASSERT_TRUE(ok);
+}
+
+/* An int8 path whose program does not build on this device: q_matmul demotes the device to the
+ * generic path, once, and still answers (exactly as generic would). */
+static int always_avail(const ember__cl_device *d) {
+    (void)d;
+    return 1;
+}
+
+static ember_status run_unbuildable(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    (void)q;
+    cl_program p;
+    return ember__cl_program_get_src(
+        s, dev, "qgemm_unbuildable",
+        "__kernel void k(__global int *o) { o[0] = no_such_builtin(); }", "", &p);
+}
+
+static const ember__cl_qpath unbuildable = {"unbuildable", "opencl.unbuildable", always_avail,
+                                            run_unbuildable, 1};
+
+static void test_qpath_demotion(void) {
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    ember__cl_device *d = &cls_of(c)->dev[0];
+    d->qpath = &unbuildable;
+    snprintf(d->int8_path, sizeof d->int8_path, "%s", unbuildable.label);
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[6] = {1, 2, 3, -1, 0.5f, 0}, w[6] = {0.5f, -1, 2, 0.25f, -0.75f, 1.5f}, out[4];
+    int64_t sa[2] = {2, 3}, sw[2] = {3, 2};
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *ta = NULL, *tw = NULL, *qa = NULL, *qw = NULL, *o = NULL;
+    TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sa, a, &ta));
+    TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sw, w, &tw));
+    TU_OK(ember_quantize(ta, &q8, &qa));
+    TU_OK(ember_quantize(tw, &q8, &qw));
+    TU_OK(ember_q_matmul(qa, qw, &o));
+    if (o) {
+        TU_OK(ember_tensor_read(o, out, sizeof out));
+        /* spec §6.5 (Q x Q), burn's dequantize-then-matmul, within float rounding */
+        const float want[4] = {2.24800062f, 3.99417162f, 0.492156982f, 1.12493026f};
+        for (int i = 0; i < 4; i++)
+            CU_ASSERT_TRUE(fabsf(out[i] - want[i]) <= 2e-6f * fabsf(want[i]));
+    }
+    ember_device_info info;
+    TU_OK(ember_device_describe(c, cl, &info));
+    CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, "opencl.generic");
+    ember_tensor_free(ta);
+    ember_tensor_free(tw);
+    ember_tensor_free(qa);
+    ember_tensor_free(qw);
+    ember_tensor_free(o);
+    ember_context_destroy(c);
+}
+
+/* A tensor-core path (defined in its own file as ember__cl_qpath_mma / _wgmma, weak references in
+ * the library) comes before dot4 and generic; generic is last. A custom path installed on a
+ * device runs the per-tensor products; without per_channel it leaves per-row / per-column ones to
+ * generic. (The test does not define the weak symbols itself: the GPU engineer's file will.) */
+static int custom_calls;
+
+static ember_status custom_run(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    custom_calls++;
+    const ember__cl_qpath *p, *last = NULL;
+    for (size_t i = 0; (p = ember__cl_qpath_at(i)) != NULL; i++)
+        last = p; /* generic */
+    return last->run(s, dev, q);
+}
+
+static const ember__cl_qpath custom = {"custom", "opencl.custom", always_avail, custom_run, 0};
+
+static void test_qpath_custom(void) {
+    const ember__cl_qpath *p;
+    size_t n = 0, i_dot4 = 99, i_generic = 99;
+    for (; (p = ember__cl_qpath_at(n)) != NULL; n++) {
+        if (strcmp(p->name, "dot4") == 0)
+            i_dot4 = n;
+        if (strcmp(p->name, "generic") == 0)
+            i_generic = n;
+    }
+    CU_ASSERT_TRUE(n >= 2 && i_generic == n - 1 && i_dot4 == n - 2);
+
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    ember__cl_device *d = &cls_of(c)->dev[0];
+    d->qpath = &custom;
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[4] = {1, -2, 3, 4}, out[4];
+    int64_t sh[2] = {2, 2}, col[2] = {2, 1};
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme pc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+    ember_tensor *t = NULL, *q = NULL, *qc = NULL, *o = NULL, *o2 = NULL;
+    TU_OK(ember_tensor_from_data(c, cl, EMBER_F32, 2, sh, a, &t));
+    TU_OK(ember_quantize(t, &q8, &q));
+    TU_OK(ember_quantize(t, &pc, &qc));
+    custom_calls = 0;
+    TU_OK(ember_q_matmul(q, q, &o));
+    CU_ASSERT_EQUAL(custom_calls, 1);
+    if (o) { /* q = [32, -64, 95, 127] (s = 4/127): exact int sums times s*s */
+        TU_OK(ember_tensor_read(o, out, sizeof out));
+        float s = 4.0f / 127.0f;
+        CU_ASSERT_EQUAL(out[0], 0.0f + (s * s) * (float)(32 * 32 + -64 * 95));
+    }
+    TU_OK(ember_q_matmul(q, qc, &o2)); /* per-column rhs: generic, not custom */
+    CU_ASSERT_EQUAL(custom_calls, 1);
+    ember_tensor_free(t);
+    ember_tensor_free(q);
+    ember_tensor_free(qc);
+    ember_tensor_free(o);
+    ember_tensor_free(o2);
+    ember_context_destroy(c);
+}
+
+/* No platform at all (the ICD loader pointed at an empty vendor directory, in a child process so
+ * that the loader starts afresh): the context is created and the OpenCL backend has 0 devices. */
+static void test_no_platform(void) {
+    char dir[] = "ember-empty-icd-XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    pid_t pid = fork();
+    CU_ASSERT_TRUE_FATAL(pid >= 0);
+    if (pid == 0) {
+        setenv("OCL_ICD_VENDORS", dir, 1);
+        execl("/proc/self/exe", "test_opencl_build", "--probe-count", (char *)NULL);
+        _exit(99);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    rmdir(dir);
+    CU_ASSERT_TRUE(WIFEXITED(status));
+    CU_ASSERT_EQUAL(WEXITSTATUS(status), 0); /* context created, 0 OpenCL devices */
+}
+
+/* The child of test_no_platform: exit 0 when a context is created and has no OpenCL device. */
+static int probe_count(void) {
+    ember_context *c = NULL;
+    if (ember_context_create(NULL, &c) != EMBER_OK)
+        return 2;
+    int n = ember_device_count(c, EMBER_BACKEND_OPENCL);
+    ember_device d = {EMBER_BACKEND_OPENCL, 0};
+    ember_device_info info;
+    ember_status st = ember_device_describe(c, d, &info);
+    ember_context_destroy(c);
+    return n == 0 && st == EMBER_ERR_BACKEND_UNAVAILABLE ? 0 : 3;
+}
+
 static int suite_init(void) {
     rng = tu_seed();
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--probe-count") == 0)
+        return probe_count();
     ember_context *probe = NULL;
     if (ember_context_create(NULL, &probe) != EMBER_OK) {
         fprintf(stderr, "context_create: %s\n", ember_last_error());
@@ -294,10 +527,15 @@ int main(void) {
         return 77;
     }
     CU_TestInfo tests[] = {{"selection by EMBER_OPENCL_PLATFORM / _DEVICE", test_selection},
+                           {"no platform: 0 devices, not an error", test_no_platform},
                            {"int8 path and EMBER_OPENCL_KERNEL", test_int8_path},
                            {"CL error names in the detail", test_error_names},
                            {"kernel build failure", test_build_failure},
                            {"disk cache", test_disk_cache},
+                           {"threads racing on a fresh context", test_threads},
+                           {"an int8 path that does not build is demoted", test_qpath_demotion},
+                           {"path order; a custom path runs", test_qpath_custom},
+                           {"allocation failures on first use", test_alloc_failures},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl machinery", suite_init, NULL, NULL, NULL, tests},
                              CU_SUITE_INFO_NULL};

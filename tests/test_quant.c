@@ -57,8 +57,8 @@ static void check_golden(const char *id, int rank, const int64_t *shape, const f
         for (size_t i = 0; i < nscales; i++) {
             CU_ASSERT_EQUAL(bits(sc[i]), want_sbits[i]);
             if (bits(sc[i]) != want_sbits[i])
-                fprintf(stderr, "  %s tier %d: scale %zu = %a (0x%08x), want 0x%08x\n", id, tier,
-                        i, (double)sc[i], bits(sc[i]), want_sbits[i]);
+                fprintf(stderr, "  %s tier %d: scale %zu = %a (0x%08x), want 0x%08x\n", id, tier, i,
+                        (double)sc[i], bits(sc[i]), want_sbits[i]);
         }
         if (xd) {
             TU_OK(ember_dequantize(q, &d));
@@ -205,8 +205,8 @@ static void test_t7_to_t11(void) {
     {
         const int8_t q[] = {-7, -3, 0, 2, 3, 5, 7, 1};
         const uint32_t s[] = {0x3E124925};
-        const float xd[] = {-1,          -0.428571463f, 0, 0.285714298f, 0.428571463f,
-                            0.714285731f, 1,             0.142857149f};
+        const float xd[] = {-1,           -0.428571463f, 0, 0.285714298f,
+                            0.428571463f, 0.714285731f,  1, 0.142857149f};
         ember_qscheme sc = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
         check_golden("T8", 1, sh8, x4, &sc, q, s, 1, xd);
         ember_tensor *xt = f32_tensor(1, sh8, x4), *qt = NULL;
@@ -250,7 +250,7 @@ static void test_b1(void) {
     const float x[] = {1, -2, 0.5f, 4, 0.1f, 0.2f, -0.3f, 0.05f};
     const int8_t q[] = {32, -64, 16, 127, 42, 85, -127, 21};
     const uint32_t s[] = {0x3D010204, 0x3B1ACF38};
-    const float xd[] = {1.00787401f,  -2.01574802f, 0.503937006f, 4,
+    const float xd[] = {1.00787401f,   -2.01574802f, 0.503937006f,  4,
                         0.0992126018f, 0.200787395f, -0.300000012f, 0.0496063009f};
     ember_qscheme sc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk);
     check_golden("B1", 2, sh, x, &sc, q, s, 2, xd);
@@ -362,8 +362,8 @@ static void test_packing_words(void) {
         const pack_case *pc = &pack_cases[c];
         ember_qscheme sc = ember_qscheme_per_tensor(pc->v, EMBER_QSTORE_PACKED_U32);
         for (int tier = 0; tier < 2; tier++) {
-            const ember__cpu_qkern *k = tier ? &ember__cpu_qkern_scalar
-                                             : ember__cpu_qkern_select(ember__cpu_state_of(ctx));
+            const ember__cpu_qkern *k =
+                tier ? &ember__cpu_qkern_scalar : ember__cpu_qkern_select(ember__cpu_state_of(ctx));
             uint8_t buf[8];
             memset(buf, 0xAA, sizeof buf);
             k->pack(&sc, (const uint8_t *)pc->q, (size_t)pc->n, buf);
@@ -436,13 +436,15 @@ static void test_round_up(void) {
     CU_ASSERT_EQUAL(ember__f16_to_f32(ember__f32_to_f16(r)), r);
     CU_ASSERT_EQUAL(bits(r), (bits(0.1f) + 0x1fffu) & ~0x1fffu);
     CU_ASSERT_EQUAL(ember__scale_round_up(1e6f, EMBER_SCALE_F16), 65504.0f);
-    CU_ASSERT_EQUAL(ember__scale_round_up(1e-6f, EMBER_SCALE_F16), ceilf(1e-6f * 0x1p24f) * 0x1p-24f);
+    CU_ASSERT_EQUAL(ember__scale_round_up(1e-6f, EMBER_SCALE_F16),
+                    ceilf(1e-6f * 0x1p24f) * 0x1p-24f);
     CU_ASSERT_EQUAL(ember__scale_round_up(0.3f, EMBER_SCALE_BF16),
                     ember__f32_from_bits((bits(0.3f) + 0xffffu) & ~0xffffu));
     CU_ASSERT_EQUAL(ember__scale_round_up(447.999969f, EMBER_SCALE_UE4M3), 448.0f);
     CU_ASSERT_EQUAL(ember__scale_round_up(33.5999985f, EMBER_SCALE_UE4M3), 36.0f);
     CU_ASSERT_EQUAL(ember__scale_round_up(500.0f, EMBER_SCALE_UE4M3), 448.0f);
-    CU_ASSERT_EQUAL(ember__scale_round_up(0x1p-8f + 0x1p-12f, EMBER_SCALE_UE4M3), 0x1p-8f + 0x1p-9f);
+    CU_ASSERT_EQUAL(ember__scale_round_up(0x1p-8f + 0x1p-12f, EMBER_SCALE_UE4M3),
+                    0x1p-8f + 0x1p-9f);
     CU_ASSERT(isnan(ember__scale_round_up(NAN, EMBER_SCALE_F16)));
     /* stored UE4M3 bytes */
     uint8_t b;

@@ -99,8 +99,8 @@ static void fill(float *x, size_t n) {
 
 static int failures;
 
-static void report(const char *what, ember_qvalue v, ember_qstore st, const level *lv,
-                   int rank, const int64_t *shape) {
+static void report(const char *what, ember_qvalue v, ember_qstore st, const level *lv, int rank,
+                   const int64_t *shape) {
     char sb[64];
     if (failures++ < 20)
         fprintf(stderr, "  FAIL %s: %s/%s %s shape %s\n", what, ember_qvalue_name(v),
@@ -163,8 +163,8 @@ static void check_combo(ember_qvalue v, ember_qstore st, const level *lv, int ra
             const int64_t one = 1;
             ember_tensor *sct = NULL, *q3 = NULL;
             if (lv->block_rank)
-                TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, L.grid_rank, L.grid, eff,
-                                             &sct));
+                TU_OK(
+                    ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, L.grid_rank, L.grid, eff, &sct));
             else
                 TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 1, &one, eff, &sct));
             TU_OK(ember_quantize_static(dt, &s, sct, &q3));
@@ -337,9 +337,9 @@ static void test_kernels_direct(void) {
         CU_ASSERT_EQUAL(memcmp(o1, o2, len * sizeof o1[0]), 0);
         const ember_qvalue vs[] = {EMBER_Q4S, EMBER_Q2F, EMBER_E2M1, EMBER_Q8F};
         for (int k = 0; k < 4; k++) {
-            ember_qscheme s = ember_qscheme_per_tensor(
-                vs[k], vs[k] == EMBER_E2M1 && rep % 2 ? EMBER_QSTORE_PACKED_NATIVE
-                                                      : EMBER_QSTORE_PACKED_U32);
+            ember_qscheme s = ember_qscheme_per_tensor(vs[k], vs[k] == EMBER_E2M1 && rep % 2
+                                                                  ? EMBER_QSTORE_PACKED_NATIVE
+                                                                  : EMBER_QSTORE_PACKED_U32);
             uint8_t codes[N], p1[N + 8], p2[N + 8], u1[N], u2[N];
             const ember__qvalue_info *vi = ember__qvalue_get_info(vs[k]);
             for (size_t i = 0; i < len; i++) {
@@ -356,6 +356,93 @@ static void test_kernels_direct(void) {
             CU_ASSERT_EQUAL(memcmp(u1, u2, len), 0);
             CU_ASSERT_EQUAL(memcmp(u1, codes, len), 0);
         }
+    }
+}
+
+/* Near-ties: x within a few ulps of (k + 0.5) * e, for scales across the f32 range (tiny,
+ * subnormal and huge ones included): the vector tier must round exactly as the scalar division. */
+static void test_near_ties(void) {
+    const ember__cpu_qkern *best = ember__cpu_qkern_select(ember__cpu_state_of(ctx));
+    const ember__cpu_qkern *sc = &ember__cpu_qkern_scalar;
+    enum { N = 4096 };
+    static float x[N];
+    static int8_t q1[N], q2[N];
+    const float los[] = {-127, -128, -7, -8, -1, -2}, his[] = {127, 127, 7, 7, 1, 1};
+    long mismatches = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        float e;
+        uint64_t pick = tu_next(&rng) % 8;
+        if (pick == 0)
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f,
+                       -130 + (int)(tu_next(&rng) % 10));
+        else if (pick == 1)
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 1000) / 1000.0f,
+                       120 + (int)(tu_next(&rng) % 7));
+        else
+            e = ldexpf(1.0f + (float)(tu_next(&rng) % 100000) / 100000.0f,
+                       (int)(tu_next(&rng) % 60) - 30);
+        for (int i = 0; i < N; i++) {
+            float k = (float)((int)(tu_next(&rng) % 1100) - 550) + 0.5f;
+            float v = k * e;
+            int steps = (int)(tu_next(&rng) % 9) - 4;
+            for (int j = 0; j < steps; j++)
+                v = nextafterf(v, INFINITY);
+            for (int j = 0; j > steps; j--)
+                v = nextafterf(v, -INFINITY);
+            x[i] = isfinite(v) ? v : 0.0f;
+        }
+        const int r = rep % 6;
+        best->quant_int_blocks(x, N, 0, &e, los[r], his[r], q1);
+        sc->quant_int_blocks(x, N, 0, &e, los[r], his[r], q2);
+        for (int i = 0; i < N; i++)
+            mismatches += q1[i] != q2[i];
+    }
+    CU_ASSERT_EQUAL(mismatches, 0);
+}
+
+/* Any thread count splits the work into the same bytes; cpu_max_isa "scalar" selects the scalar
+ * tier. */
+static void test_threads_and_isa_cap(void) {
+    const int nts[] = {1, 3, 7};
+    const int64_t big[] = {3, 70016}, rect_shape[] = {6, 4, 96}, b32[] = {32}, b2[] = {2, 2, 16};
+    enum { NBIG = 3 * 70016 };
+    static float x[NBIG];
+    fill(x, NBIG);
+    ember_qscheme schemes[3] = {ember_qscheme_per_tensor(EMBER_Q4F, EMBER_QSTORE_PACKED_U32),
+                                ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b32),
+                                ember_qscheme_per_block(EMBER_Q2S, EMBER_QSTORE_PACKED_U32, 3, b2)};
+    const int64_t *shapes[3] = {big, big, rect_shape};
+    const int ranks[3] = {2, 2, 3};
+    for (int k = 0; k < 3; k++) {
+        ember__qlayout L;
+        CU_ASSERT_EQUAL_FATAL(ember__qlayout_compute(&schemes[k], ranks[k], shapes[k], &L),
+                              EMBER_OK);
+        uint8_t *ref = malloc(L.total_bytes), *got = malloc(L.total_bytes);
+        CU_ASSERT_FATAL(ref && got);
+        CU_ASSERT_EQUAL(ember__qref_quantize(&schemes[k], &L, ranks[k], shapes[k], x, NULL, ref),
+                        EMBER_OK);
+        for (int t = 0; t < 3; t++) {
+            ember_options o = ember_options_default();
+            o.enable_opencl = 0;
+            o.num_threads = nts[t];
+            o.cpu_max_isa = t == 2 ? "scalar" : NULL;
+            ember_context *c2 = NULL;
+            TU_OK(ember_context_create(&o, &c2));
+            if (t == 2)
+                CU_ASSERT_STRING_EQUAL(ember__cpu_qkern_select(ember__cpu_state_of(c2))->name,
+                                       "scalar");
+            ember_tensor *xt = NULL, *q = NULL;
+            TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, ranks[k], shapes[k], x, &xt));
+            TU_OK(ember_quantize(xt, &schemes[k], &q));
+            size_t len = 0;
+            TU_OK(ember_qtensor_to_bytes(q, got, L.total_bytes, &len));
+            CU_ASSERT_EQUAL(memcmp(got, ref, L.total_bytes), 0);
+            ember_tensor_free(q);
+            ember_tensor_free(xt);
+            ember_context_destroy(c2);
+        }
+        free(ref);
+        free(got);
     }
 }
 
@@ -459,6 +546,8 @@ static CU_TestInfo prop_tests[] = {
     {"static scales, partial edge blocks", test_static_partial_blocks},
     {"from_bytes o to_bytes on random bytes", test_random_bytes_identity},
     {"vector and scalar kernels agree", test_kernels_direct},
+    {"near-ties: vector == division", test_near_ties},
+    {"thread counts and cpu_max_isa", test_threads_and_isa_cap},
     {"F16 / BF16 in and out", test_half_io},
     {"producer and backend_dequantize", test_producer},
     {"empty tensors", test_empty},

@@ -1,6 +1,7 @@
 /* backends/cpu/cpu_backend.c: the CPU backend's vtable: device, memory and op entries. */
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../../dispatch/nn.h"
@@ -80,6 +81,15 @@ static ember_status cpu_buffer_alloc(void *state, int dev, size_t bytes, void **
     (void)dev;
     void *p = ember__aligned_alloc(bytes);
     EMBER_FAIL_IF(!p, EMBER_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+    /* Large tensors: ask for transparent huge pages, so that the first write into a fresh output
+     * (every op allocates one) faults 2 MiB at a time instead of 4 KiB (measured with bench_quant:
+     * API dequantize of 64 MiB from ~40% to ~65% of memcpy). Advice only: failure is harmless. */
+    if (bytes >= ((size_t)4 << 20)) {
+        const uintptr_t page = 4096, lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+        const uintptr_t hi = ((uintptr_t)p + bytes) & ~(page - 1);
+        if (hi > lo)
+            (void)madvise((void *)lo, (size_t)(hi - lo), MADV_HUGEPAGE);
+    }
     *buf = p;
     return EMBER_OK;
 }

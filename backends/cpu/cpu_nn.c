@@ -5,6 +5,7 @@
  * Reductions (softmax and cross-entropy sums) accumulate in double so that a result does not
  * depend on the row length beyond f32 rounding of the output. */
 #include <math.h>
+#include <string.h>
 
 #include "../../dispatch/nn.h"
 #include "cpu_backend.h"
@@ -94,6 +95,19 @@ void ember__nn_argmax(const float *x, int64_t outer, int64_t n, int64_t inner, i
     }
 }
 
+void ember__nn_select(const void *x, const void *indices, ember_dtype idt, int64_t outer, int64_t n,
+                      int64_t n_idx, size_t inner_bytes, void *out) {
+    const unsigned char *src = x;
+    unsigned char *dst = out;
+    if (inner_bytes == 0)
+        return; /* empty slices: nothing to copy */
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < n_idx; i++, dst += inner_bytes) {
+            int64_t k = target_at(indices, idt, i);
+            memcpy(dst, src + ((size_t)(o * n + k)) * inner_bytes, inner_bytes);
+        }
+}
+
 /* ---- the CPU backend's entries: the buffers are host memory ---- */
 
 static ember_status cpu_relu(void *state, int dev, const ember_tensor *x, ember_tensor *out) {
@@ -146,6 +160,16 @@ static ember_status cpu_argmax(void *state, int dev, const ember_tensor *x, int6
     return EMBER_OK;
 }
 
+static ember_status cpu_select(void *state, int dev, const ember_tensor *x,
+                               const ember_tensor *indices, int64_t outer, int64_t n,
+                               size_t inner_bytes, ember_tensor *out) {
+    (void)state;
+    (void)dev;
+    ember__nn_select(x->buf, indices->buf, indices->dtype, outer, n, (int64_t)indices->numel,
+                     inner_bytes, out->buf);
+    return EMBER_OK;
+}
+
 const struct ember__nn_ops ember__cpu_nn_ops = {
     .relu_f32 = cpu_relu,
     .relu_backward_f32 = cpu_relu_backward,
@@ -153,4 +177,5 @@ const struct ember__nn_ops ember__cpu_nn_ops = {
     .cross_entropy_f32 = cpu_cross_entropy,
     .axpy_f32 = cpu_axpy,
     .argmax_f32 = cpu_argmax,
+    .select = cpu_select,
 };

@@ -4,7 +4,7 @@
  *
  * Work split: the tensor is viewed as R rows of Lc values (the last axis). Tiles of about 64K
  * values (whole rows, or column ranges of one row aligned to lcm(block, 64)) are the tasks of
- * ember__cpu_parallel_for; a tile is walked in sub-chunks of about 4096 values, each starting on
+ * ember__cpu_parallel_for; a tile is walked in sub-chunks of about 2048 values, each starting on
  * a block boundary and a packed-word boundary.
  *
  * Dynamic quantization, in passes:
@@ -14,16 +14,19 @@
  *     locally first), (2) raw scales -> stored scales (two-level: the global scale first),
  *     (3) values, reading each block's effective scale back from the stored bytes.
  * Static quantization runs (1) as a finiteness check only, then (2) on the given scales, then (3).
- * A NaN or Inf input gives EMBER_ERR_NON_FINITE (the half-written output is the caller's to free). */
+ * A NaN or Inf input gives EMBER_ERR_NON_FINITE (the half-written output is the caller's to free).
+ */
 #include <stdatomic.h>
 #include <stdio.h>
 
 #include "cpu_quant.h"
 
 #define TILE_TARGET ((size_t)1 << 16) /* values per task */
-#define SUB_TARGET ((size_t)4096)     /* values per sub-chunk */
-#define MAX_SUB ((size_t)16384)       /* lcm(255, 64) = 16320 fits */
-#define MAX_SUB_BLOCKS 4096           /* sub-chunk / block length, at most */
+/* Per-task scratch lives on the stack (about 32 KiB): the calling thread takes part in
+ * ember__cpu_parallel_for, so keep it modest. */
+#define SUB_TARGET ((size_t)2048) /* values per sub-chunk */
+#define MAX_SUB ((size_t)16384)   /* a sub-chunk is at most lcm(255, 64) = 16320 values */
+#define MAX_SUB_BLOCKS 2048       /* blocks per sub-chunk, at most (SUB_TARGET / 1) */
 #define NONFINITE_BITS 0x7f800000u
 
 /* ---- scalar tier ---- */
@@ -89,7 +92,8 @@ const ember__cpu_qkern *ember__cpu_qkern_select(const ember__cpu_state *s) {
         return &ember__cpu_qkern_scalar;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     if (ember__cpu_qkern_avx512.amax_blocks && __builtin_cpu_supports("avx512f") &&
-        __builtin_cpu_supports("avx512bw"))
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
         return &ember__cpu_qkern_avx512;
 #endif
     return &ember__cpu_qkern_scalar;
@@ -168,20 +172,20 @@ typedef struct qjob {
     const ember_qscheme *s;
     const ember__qvalue_info *vi;
     ember_scale_dtype sd;
-    size_t ssz;           /* bytes per stored scale */
-    int two;              /* two-level */
-    float global;         /* two-level global scale (else 1) */
-    const float *x;       /* quantize input */
-    float *out;           /* dequantize output */
-    uint8_t *vals;        /* the values part of the quantized buffer */
-    uint8_t *sbytes;      /* the stored scales */
-    size_t row_bytes;     /* bytes per row of values */
-    size_t per, ub;       /* values per storage unit, bytes per unit */
-    int finite_only;      /* pass (1) for static quantization */
+    size_t ssz;             /* bytes per stored scale */
+    int two;                /* two-level */
+    float global;           /* two-level global scale (else 1) */
+    const float *x;         /* quantize input */
+    float *out;             /* dequantize output */
+    uint8_t *vals;          /* the values part of the quantized buffer */
+    uint8_t *sbytes;        /* the stored scales */
+    size_t row_bytes;       /* bytes per row of values */
+    size_t per, ub;         /* values per storage unit, bytes per unit */
+    int finite_only;        /* pass (1) for static quantization */
     _Atomic uint32_t *amax; /* pass (1): per block, or one */
-    const float *raw;     /* pass (2) input */
+    const float *raw;       /* pass (2) input */
     size_t nscales, fin_chunk;
-    atomic_int bad;       /* a NaN / Inf was seen */
+    atomic_int bad; /* a NaN / Inf was seen */
 } qjob;
 
 static void tile_of(const geom *g, int64_t task, size_t *r0, size_t *r1, size_t *c0, size_t *c1) {
@@ -196,9 +200,8 @@ static size_t nblocks(const geom *g, size_t len) { return g->bl ? (len + g->bl -
 
 static void atomic_max_u32(_Atomic uint32_t *a, uint32_t v) {
     uint32_t cur = atomic_load_explicit(a, memory_order_relaxed);
-    while (v > cur &&
-           !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while (v > cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
     }
 }
 
@@ -342,8 +345,8 @@ static void job_init(qjob *j, ember__cpu_state *st, const ember_tensor *q) {
     j->global = 1.0f;
     j->vals = q->buf;
     j->sbytes = (uint8_t *)q->buf + q->q.scales_offset;
-    j->row_bytes = s->store == EMBER_QSTORE_NATIVE ? j->g.Lc
-                                                   : ember__packed_row_bytes(s, (int64_t)j->g.Lc);
+    j->row_bytes =
+        s->store == EMBER_QSTORE_NATIVE ? j->g.Lc : ember__packed_row_bytes(s, (int64_t)j->g.Lc);
     j->per = (size_t)ember__qstore_per_unit(s);
     j->ub = (size_t)ember__qstore_unit_bytes(s);
     j->nscales = q->q.nscales;
@@ -355,7 +358,8 @@ static int64_t fin_tasks(const qjob *j) {
     return (int64_t)((j->nscales + j->fin_chunk - 1) / j->fin_chunk);
 }
 
-#define NON_FINITE_MSG "quantize: the input holds a NaN or Inf (only finite values can be quantized)"
+#define NON_FINITE_MSG                                                                             \
+    "quantize: the input holds a NaN or Inf (only finite values can be quantized)"
 
 ember_status ember__cpu_quantize(void *state, int dev, const ember_tensor *x,
                                  const ember_tensor *scales, ember_tensor *q) {
@@ -469,8 +473,8 @@ ember_status ember__cpu_dequantize(void *state, int dev, const ember_tensor *q, 
     job_init(&j, st, q);
     j.out = out->buf;
     if (j.two)
-        j.global = ember__scale_decode((const uint8_t *)q->buf + q->q.global_offset,
-                                       EMBER_SCALE_F32);
+        j.global =
+            ember__scale_decode((const uint8_t *)q->buf + q->q.global_offset, EMBER_SCALE_F32);
     ember__cpu_parallel_for(st, j.g.ntasks, task_dequant, &j);
     return EMBER_OK;
 }

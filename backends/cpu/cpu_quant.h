@@ -21,15 +21,14 @@ typedef struct ember__cpu_qkern {
     void (*quant_int_blocks)(const float *x, size_t len, size_t bl, const float *e, float lo,
                              float hi, int8_t *q);
     /* Integer values: out[i] = e[k] * (float)q[i]. */
-    void (*dequant_int_blocks)(const int8_t *q, size_t len, size_t bl, const float *e,
-                               float *out);
+    void (*dequant_int_blocks)(const int8_t *q, size_t len, size_t bl, const float *e, float *out);
     /* ember__pack_codes / ember__unpack_codes (dst / src start on a storage unit). */
     void (*pack)(const ember_qscheme *s, const uint8_t *codes, size_t n, uint8_t *dst);
     void (*unpack)(const ember_qscheme *s, const uint8_t *src, size_t n, uint8_t *codes);
 } ember__cpu_qkern;
 
 extern const ember__cpu_qkern ember__cpu_qkern_scalar;
-/* The AVX-512 tier (cpu_quant_avx512.c); use only when the CPU has AVX-512 F and BW. */
+/* The AVX-512 tier (cpu_quant_avx512.c); use only when the CPU has AVX-512 F, BW, DQ and VL. */
 extern const ember__cpu_qkern ember__cpu_qkern_avx512;
 
 /* The tier the CPU backend uses for this state: avx512 when the CPU has it and neither the

@@ -1,6 +1,7 @@
-/* backends/cpu/cpu_quant_avx512.c: the AVX-512 (F + BW) tier of the CPU quantize / dequantize
- * kernels. Same bytes as the scalar tier:
- *   - x / e is _mm512_div_ps (IEEE division, as the scalar x / e);
+/* backends/cpu/cpu_quant_avx512.c: the AVX-512 (F, BW, DQ, VL) tier of the CPU quantize /
+ * dequantize kernels. Same bytes as the scalar tier:
+ *   - x / e is _mm512_div_ps (IEEE division, as the scalar x / e; a reciprocal multiply with a
+ *     fix-up near ties was tried and measured no faster here: the division is not the limit);
  *   - roundf is rebuilt exactly: t = trunc(d); if |d - t| >= 0.5 then t += copysign(1, d)
  *     (d - t is exact in f32), which is half away from zero for every d, Inf included;
  *   - the clamp is done on floats before the conversion, as in the scalar code;
@@ -27,17 +28,24 @@ static void v_amax_blocks(const float *x, size_t len, size_t bl, uint32_t *m) {
             acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(x + p), absmask));
         if (p < end)
             acc = _mm512_max_epu32(
-                acc, _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask(end - p), x + p), absmask));
+                acc,
+                _mm512_and_si512(_mm512_maskz_loadu_epi32(tail_mask(end - p), x + p), absmask));
         m[k] = _mm512_reduce_max_epu32(acc);
     }
     if (len == 0)
         m[0] = 0;
 }
 
-static inline __m512i quant16(__m512 v, __m512 ve, __m512 vlo, __m512 vhi) {
+/* At -O0 the roundscale intrinsic is a macro whose internal casts trip -Wsign-conversion. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+/* q = clamp(roundf(d), lo, hi) for d = x / e, with roundf rebuilt exactly. */
+static inline __m512i round_clamp(__m512 d, __m512 vlo, __m512 vhi) {
     const __m512 sign = _mm512_set1_ps(-0.0f);
     const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    __m512 d = _mm512_div_ps(v, ve);
     __m512 t = _mm512_roundscale_ps(d, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     __m512 f = _mm512_andnot_ps(sign, _mm512_sub_ps(d, t));
     __mmask16 up = _mm512_cmp_ps_mask(f, half, _CMP_GE_OQ);
@@ -47,6 +55,15 @@ static inline __m512i quant16(__m512 v, __m512 ve, __m512 vlo, __m512 vhi) {
     t = _mm512_min_ps(t, vhi);
     return _mm512_cvttps_epi32(t);
 }
+
+/* The exact path: one IEEE division, as the scalar tier. */
+static inline __m512i quant16(__m512 v, __m512 ve, __m512 vlo, __m512 vhi) {
+    return round_clamp(_mm512_div_ps(v, ve), vlo, vhi);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 static void v_quant_int_blocks(const float *x, size_t len, size_t bl, const float *e, float lo,
                                float hi, int8_t *q) {
@@ -152,11 +169,12 @@ static void v_unpack(const ember_qscheme *s, const uint8_t *src, size_t n, uint8
         for (; i + 64 <= n; i += 64) {
             __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 4)));
             __m512i c = _mm512_and_si512(b, _mm512_set1_epi32(0x3));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 6), _mm512_set1_epi32(0x300)));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 12),
-                                                    _mm512_set1_epi32(0x30000)));
-            c = _mm512_or_si512(c, _mm512_and_si512(_mm512_slli_epi32(b, 18),
-                                                    _mm512_set1_epi32(0x3000000)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 6), _mm512_set1_epi32(0x300)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 12), _mm512_set1_epi32(0x30000)));
+            c = _mm512_or_si512(
+                c, _mm512_and_si512(_mm512_slli_epi32(b, 18), _mm512_set1_epi32(0x3000000)));
             c = _mm512_sub_epi8(_mm512_xor_si512(c, sx), sx);
             _mm512_storeu_si512(codes + i, c);
         }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* clCreateCommandQueue (1.x devices) is deprecated in the 2.0+ headers */
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include "cl_backend.h"
 
 #define CL_LOG(...)                                                                                \
@@ -138,11 +140,11 @@ static int device_open(ember__cl_device *d) {
         d->ctx = NULL;
         return 0;
     }
-#ifdef CL_VERSION_2_0
-    d->queue = clCreateCommandQueueWithProperties(d->ctx, d->id, NULL, &err);
-#else
-    d->queue = clCreateCommandQueue(d->ctx, d->id, 0, &err);
-#endif
+    /* OpenCL 2.0+ devices: the new call; 1.x devices only have the old one */
+    if (strncmp(d->version, "OpenCL 1.", 9) != 0)
+        d->queue = clCreateCommandQueueWithProperties(d->ctx, d->id, NULL, &err);
+    else
+        d->queue = clCreateCommandQueue(d->ctx, d->id, 0, &err);
     if (!d->queue || err != CL_SUCCESS) {
         CL_LOG("skipping %s: clCreateCommandQueue: %s\n", d->name, ember__cl_error_name(err));
         clReleaseContext(d->ctx);
@@ -287,7 +289,9 @@ static ember_status cl_device_describe(void *state, int dev, ember_device_info *
     snprintf(out->name, sizeof out->name, "%s", d->name);
     snprintf(out->vendor, sizeof out->vendor, "%s", d->vendor);
     snprintf(out->driver, sizeof out->driver, "%s", d->driver);
+    pthread_mutex_lock((pthread_mutex_t *)&d->lock); /* q_matmul may demote the path */
     snprintf(out->int8_matmul_path, sizeof out->int8_matmul_path, "%s", d->int8_path);
+    pthread_mutex_unlock((pthread_mutex_t *)&d->lock);
     snprintf(out->version, sizeof out->version, "%s", d->version);
     snprintf(out->extensions, sizeof out->extensions, "%s", d->extensions);
     out->memory_bytes = d->mem_bytes;

@@ -27,8 +27,8 @@
  *
  * int8 matmul paths (cl_qmatmul.c). Each device gets one path at init, named in
  * ember_device_info.int8_matmul_path: "opencl.generic" (plain int MAC, any device),
- * "opencl.dot4" (cl_khr_integer_dot_product), and rows other engineers add to
- * ember__cl_qpaths[] (NVIDIA tensor cores: "mma", "wgmma"). EMBER_OPENCL_KERNEL=generic|dot4|
+ * "opencl.dot4" (cl_khr_integer_dot_product), and NVIDIA tensor-core paths ("mma", "wgmma")
+ * defined in their own files (ember__cl_qpath_at). EMBER_OPENCL_KERNEL=generic|dot4|
  * mma|wgmma forces a choice; a forced path the device cannot run falls back to generic. */
 #ifndef EMBER_CL_BACKEND_H
 #define EMBER_CL_BACKEND_H
@@ -79,7 +79,20 @@ typedef struct ember__cl_state {
     int ndev;
     ember__cl_device *dev; /* ndev entries */
     char cache_dir[512];   /* "" = no on-disk cache */
+    /* Kernel shapes (GEMMs f32 and int8, the quantize reduction): 0 chooses by device (the
+     * barrier-free "rows" GEMMs and the per-item absmax on CPU devices; the local-memory tiled
+     * GEMMs and the work-group absmax on the others); 1 forces the latter, 2 the former (tests set
+     * it to cover both on any device). */
+    int gemm_variant;
+    /* 1: quantize divides with the fma-corrected software division (kernels/quant.cl) even where
+     * the device divides exactly (tests set it; devices without either exact path use it anyway);
+     * 2: the same, starting 2 ulp away from the device's quotient (tests: the correction works). */
+    int soft_div;
 } ember__cl_state;
+
+/* 1 when a GEMM of m rows on dev runs the barrier-free "rows" kernels (see gemm_variant). */
+int ember__cl_gemm_rows(const ember__cl_state *s, int dev, int64_t m);
+#define EMBER__CL_RM 8 /* rows per work item of the "rows" kernels (-DRM); 16 columns each */
 
 /* ---- errors (cl_program.c) ---- */
 /* "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for a code not in the table. Never NULL. */
@@ -159,31 +172,27 @@ ember_status ember__cl_quantize(void *state, int dev, const ember_tensor *x,
                                 const ember_tensor *scales, ember_tensor *q);
 ember_status ember__cl_dequantize(void *state, int dev, const ember_tensor *q, ember_tensor *out);
 
-/* The host half of quantization, exactly as the CPU backend does it (quant/ is the reference):
- * from the raw f32 scale of every block (scale = 2*alpha/(b-a) for MinMax, or the caller's static
- * scales), the guarded, dtype-rounded scales: stored[] gets n scales of the scheme's scale dtype
- * (little-endian), *global the two-level global scale (1.0f otherwise), eff[] the effective f32
- * scale of every block (g * decode(stored) for two-level, decode(stored) otherwise). */
-void ember__cl_scales_finish(const ember_qscheme *s, const float *raw, size_t n, uint8_t *stored,
-                             float *global, float *eff);
-/* scale dtype facts: bytes per scale; round s up to dtype (spec §4.3); encode an f32 that the
- * dtype represents exactly; decode. */
-size_t ember__cl_scale_size(ember_scale_dtype d);
-float ember__cl_scale_round_up(float s, ember_scale_dtype d);
-void ember__cl_scale_encode(float s, ember_scale_dtype d, uint8_t *dst);
-float ember__cl_scale_decode(const uint8_t *src, ember_scale_dtype d);
+/* The host half of quantization (the few block scales: rounding up to the scale dtype, the zero
+ * guard, two-level normalisation) is quant/'s own code (ember__qscales_finish), so the stored
+ * scales are the CPU backend's by construction; only per-element work runs on the device. */
 
 /* ---- int8 matmul (cl_qmatmul.c) ---- */
-/* One int8 GEMM for a path: out_i = (float)(A_i @ B_i, exact int32) * scale[0], i < batch.
+/* One int8 GEMM for a path: out_i[r, c] = 0.0f + f(r, c) * (float)(A_i @ B_i)[r, c] with the
+ * exact int32 sum, i < batch, where f = scale[0] (per-tensor operands: sa * sb, computed on the
+ * device) or, when sa is not NULL, f = sa[r / a_group] * sb[c / b_group] (per-row scales of A,
+ * per-column scales of B; one f32 multiply per element, as the CPU backend).
  * A_i is the int8 matrix at byte a_off[i] of `a`, row r / column c at byte r*lda + c (or, with
  * trans_a, element (r, c) at c*lda + r); likewise B_i (k x n) with ldb; out_i the dense row-major
  * m x n f32 block at element i*m*n of `out`. a_off / b_off are device buffers of `batch` cl_longs;
- * `scale` a device buffer holding one float (sa * sb, computed on the device). */
+ * `scale` a device buffer holding one float; sa / sb device buffers of f32 scales. */
 typedef struct ember__cl_qgemm_args {
     int trans_a, trans_b;
     int64_t m, n, k, batch;
     cl_mem a, b, out, a_off, b_off, scale;
     int64_t lda, ldb;
+    /* appended: per-row / per-column scales (NULL: per-tensor, use `scale`) */
+    cl_mem sa, sb;
+    int64_t a_group, b_group;
 } ember__cl_qgemm_args;
 
 typedef struct ember__cl_qpath {
@@ -191,11 +200,15 @@ typedef struct ember__cl_qpath {
     const char *label; /* ember_device_info.int8_matmul_path: "opencl.generic" */
     int (*available)(const ember__cl_device *d);
     ember_status (*run)(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q);
+    int per_channel; /* appended: 1 when run() honours sa / sb (else those calls take generic) */
 } ember__cl_qpath;
 
-/* The paths, best first, ended by a row with name NULL; the last real row is "generic", which is
- * available everywhere. */
-extern const ember__cl_qpath ember__cl_qpaths[];
+/* The i-th path, best first ("wgmma" and "mma" when built in, "dot4", then "generic", which is
+ * available everywhere); NULL past the end. A tensor-core path plugs in by defining one of
+ *   const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90", ...};
+ *   const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ...};
+ * in its own backends/opencl/ file (weak references in cl_qmatmul.c: no table to edit). */
+const ember__cl_qpath *ember__cl_qpath_at(size_t i);
 /* Pick dev's path: `forced` ("" = best available) by name, else the best available. Sets
  * d->qpath and d->int8_path. */
 void ember__cl_qpath_choose(ember__cl_device *d, const char *forced);

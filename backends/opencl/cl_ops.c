@@ -32,16 +32,30 @@ static ember_status offsets(ember__cl_state *s, int dev, const char *op, const e
     return EMBER_OK;
 }
 
+int ember__cl_gemm_rows(const ember__cl_state *s, int dev, int64_t m) {
+    if (s->gemm_variant)
+        return s->gemm_variant == 2;
+    (void)m; /* GPUs: tiled even for skinny products (memory bound: B is read once either way) */
+    return (s->dev[dev].type & CL_DEVICE_TYPE_CPU) != 0;
+}
+
+/* Work-group size for the 1-D elementwise kernels; global sizes are rounded up to it. */
+static size_t wg1(const ember__cl_device *d) { return d->max_wg >= 256 ? 256 : d->max_wg; }
+
 ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                                 const ember_tensor *b, ember_tensor *c) {
     ember__cl_state *s = state;
     if (g->m == 0 || g->n == 0 || g->batch == 0)
         return EMBER_OK;
     _Static_assert(sizeof(int64_t) == sizeof(cl_long), "offset tables are cl_long");
+    const int rows = ember__cl_gemm_rows(s, dev, g->m);
     int tm, wm;
     gemm_tile(&s->dev[dev], &tm, &wm);
     char opts[96];
-    snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=16 -DWM=%d -DWN=%d", tm, tm, wm, wm);
+    if (rows)
+        snprintf(opts, sizeof opts, "-DRM=%d", EMBER__CL_RM);
+    else
+        snprintf(opts, sizeof opts, "-DTM=%d -DTN=%d -DTK=16 -DWM=%d -DWN=%d", tm, tm, wm, wm);
     cl_mem ao, bo;
     EMBER_TRY(offsets(s, dev, "gemm_f32", g, &ao, &bo));
     /* an empty operand (k == 0) has no cl_mem: pass the output's, never read */
@@ -51,24 +65,29 @@ ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, cons
     cl_int ta = g->trans_a, tb = g->trans_b;
     cl_long m = g->m, n = g->n, k = g->k;
     cl_float alpha = g->alpha, beta = g->beta;
-    const ember__cl_arg args[] = {EMBER_CL_ARG(ta), EMBER_CL_ARG(tb), EMBER_CL_ARG(m),
-                                  EMBER_CL_ARG(n),  EMBER_CL_ARG(k),  EMBER_CL_ARG(A),
-                                  EMBER_CL_ARG(ao), EMBER_CL_ARG(B),  EMBER_CL_ARG(bo),
+    const ember__cl_arg args[] = {EMBER_CL_ARG(ta), EMBER_CL_ARG(tb),    EMBER_CL_ARG(m),
+                                  EMBER_CL_ARG(n),  EMBER_CL_ARG(k),     EMBER_CL_ARG(A),
+                                  EMBER_CL_ARG(ao), EMBER_CL_ARG(B),     EMBER_CL_ARG(bo),
                                   EMBER_CL_ARG(C),  EMBER_CL_ARG(alpha), EMBER_CL_ARG(beta)};
-    const size_t lx = (size_t)(tm / wm), ly = (size_t)(tm / wm);
-    const size_t local[3] = {lx, ly, 1};
-    const size_t global[3] = {ember__cl_round_up((size_t)g->n, (size_t)tm) / (size_t)tm * lx,
-                              ember__cl_round_up((size_t)g->m, (size_t)tm) / (size_t)tm * ly,
-                              (size_t)g->batch};
-    ember_status st = ember__cl_launch(s, dev, "gemm_f32", "gemm", opts, "gemm_f32",
-                                       (int)(sizeof args / sizeof args[0]), args, 3, global, local);
+    size_t local[3], global[3];
+    if (rows) {
+        global[0] = ((size_t)g->n + 15) / 16; /* no barriers: any local size */
+        global[1] = ((size_t)g->m + EMBER__CL_RM - 1) / EMBER__CL_RM;
+    } else {
+        const size_t lx = (size_t)(tm / wm);
+        local[0] = local[1] = lx;
+        local[2] = 1;
+        global[0] = ember__cl_round_up((size_t)g->n, (size_t)tm) / (size_t)tm * lx;
+        global[1] = ember__cl_round_up((size_t)g->m, (size_t)tm) / (size_t)tm * lx;
+    }
+    global[2] = (size_t)g->batch;
+    ember_status st =
+        ember__cl_launch(s, dev, "gemm_f32", "gemm", opts, rows ? "gemm_f32_rows" : "gemm_f32",
+                         (int)(sizeof args / sizeof args[0]), args, 3, global, rows ? NULL : local);
     clReleaseMemObject(ao);
     clReleaseMemObject(bo);
     return st;
 }
-
-/* Work-group size for the 1-D elementwise kernels; global sizes are rounded up to it. */
-static size_t wg1(const ember__cl_device *d) { return d->max_wg >= 256 ? 256 : d->max_wg; }
 
 ember_status ember__cl_binary_f32(void *state, int dev, ember__binop op, const ember__bcast *bc,
                                   const ember_tensor *a, const ember_tensor *b, ember_tensor *out) {

@@ -95,8 +95,9 @@ const char *ember__cl_error_name(cl_int err) {
 }
 
 ember_status ember__cl_fail(const char *op, const char *call, int dev, cl_int err) {
-    return ember__fail(EMBER_ERR_DEVICE, __FILE__, op, __LINE__, "%s: %s failed on opencl:%d: %s (%d)",
-                       op, call, dev, ember__cl_error_name(err), (int)err);
+    return ember__fail(EMBER_ERR_DEVICE, __FILE__, op, __LINE__,
+                       "%s: %s failed on opencl:%d: %s (%d)", op, call, dev,
+                       ember__cl_error_name(err), (int)err);
 }
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -113,7 +114,8 @@ static uint64_t fnv1a_str(uint64_t h, const char *s) {
 }
 
 void ember__cl_base_options(const ember__cl_device *d, const char *extra, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s%s%s%s%s", d->cr_divide ? "-cl-fp32-correctly-rounded-divide-sqrt -DEMBER_CR_DIVIDE=1 " : "",
+    snprintf(buf, cap, "%s%s%s%s%s",
+             d->cr_divide ? "-cl-fp32-correctly-rounded-divide-sqrt -DEMBER_CR_DIVIDE=1 " : "",
              d->has_fp64 ? "-DEMBER_HAVE_FP64=1 " : "", d->has_fp16 ? "-DEMBER_HAVE_FP16=1 " : "",
              d->has_dot4 ? "-DEMBER_HAVE_DOT4=1 " : "", extra ? extra : "");
 }
@@ -149,7 +151,8 @@ static cl_program disk_load(const ember__cl_state *s, const ember__cl_device *d,
     if (fseek(f, 0, SEEK_END) == 0)
         len = ftell(f);
     if (len > 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
-        (bin = ember__malloc((size_t)len)) != NULL && fread(bin, 1, (size_t)len, f) != (size_t)len) {
+        (bin = ember__malloc((size_t)len)) != NULL &&
+        fread(bin, 1, (size_t)len, f) != (size_t)len) {
         ember__free(bin);
         bin = NULL;
     }
@@ -224,8 +227,8 @@ static ember_status build_from_source(ember__cl_device *d, int dev, const char *
     if (clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &loglen) == CL_SUCCESS &&
         loglen > 0) {
         char *full = ember__malloc(loglen + 1);
-        if (full &&
-            clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, loglen, full, NULL) == CL_SUCCESS) {
+        if (full && clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, loglen, full, NULL) ==
+                        CL_SUCCESS) {
             full[loglen] = '\0';
             snprintf(log, sizeof log, "%s", full);
         }
@@ -332,8 +335,15 @@ ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t 
                             const void *data, cl_mem *out) {
     cl_int err = CL_SUCCESS;
     cl_mem m = clCreateBuffer(s->dev[dev].ctx, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (!m || err != CL_SUCCESS)
+    if (!m || err != CL_SUCCESS) {
+        /* as buffer_alloc: the device's out-of-memory codes are OUT_OF_MEMORY for the caller */
+        if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+            err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE)
+            return ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, op, __LINE__,
+                               "%s: clCreateBuffer of %zu bytes (scratch) failed on opencl:%d: %s (%d)",
+                               op, bytes ? bytes : 1, dev, ember__cl_error_name(err), (int)err);
         return ember__cl_fail(op, "clCreateBuffer", dev, err);
+    }
     if (data && bytes) {
         err = clEnqueueWriteBuffer(s->dev[dev].queue, m, CL_TRUE, 0, bytes, data, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
@@ -349,8 +359,9 @@ ember_status ember__cl_read(ember__cl_state *s, int dev, const char *op, cl_mem 
                             void *dst, size_t bytes) {
     if (!bytes)
         return EMBER_OK;
-    EMBER_CL_TRY(op, "clEnqueueReadBuffer", dev,
-                 clEnqueueReadBuffer(s->dev[dev].queue, m, CL_TRUE, off, bytes, dst, 0, NULL, NULL));
+    EMBER_CL_TRY(
+        op, "clEnqueueReadBuffer", dev,
+        clEnqueueReadBuffer(s->dev[dev].queue, m, CL_TRUE, off, bytes, dst, 0, NULL, NULL));
     return EMBER_OK;
 }
 
@@ -358,7 +369,8 @@ ember_status ember__cl_write(ember__cl_state *s, int dev, const char *op, cl_mem
                              const void *src, size_t bytes) {
     if (!bytes)
         return EMBER_OK;
-    EMBER_CL_TRY(op, "clEnqueueWriteBuffer", dev,
-                 clEnqueueWriteBuffer(s->dev[dev].queue, m, CL_TRUE, off, bytes, src, 0, NULL, NULL));
+    EMBER_CL_TRY(
+        op, "clEnqueueWriteBuffer", dev,
+        clEnqueueWriteBuffer(s->dev[dev].queue, m, CL_TRUE, off, bytes, src, 0, NULL, NULL));
     return EMBER_OK;
 }

@@ -9,9 +9,9 @@
 #include <stddef.h>
 
 typedef struct ember__cl_source_entry {
-    const char *name;                /* the file name without ".cl", e.g. "gemm" */
-    const char *const *src;          /* the NUL-terminated source */
-    const size_t *len;               /* its length in bytes, without the NUL */
+    const char *name;       /* the file name without ".cl", e.g. "gemm" */
+    const char *const *src; /* the NUL-terminated source */
+    const size_t *len;      /* its length in bytes, without the NUL */
 } ember__cl_source_entry;
 
 extern const ember__cl_source_entry ember__cl_sources[];

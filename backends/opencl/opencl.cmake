@@ -4,8 +4,10 @@
 # ${build}/generated/cl_<name>.c by cmake/embed_cl.cmake (run with `cmake -P`: no Python), and a
 # table of all of them, ${build}/generated/cl_sources.c, lets the backend find a source by its
 # file name without the extension (ember__cl_source("gemm")). A new .cl file needs no change here
-# (the glob re-runs at build time through CONFIGURE_DEPENDS).
-file(GLOB EMBER_CL_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/opencl/kernels/*.cl)
+# (the glob re-runs at build time through CONFIGURE_DEPENDS). backends/opencl/ptx/*.ptx (PTX modules
+# for clCreateProgramWithBinary, e.g. the sm_90a wgmma kernels) are embedded the same way.
+file(GLOB EMBER_CL_KERNELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/backends/opencl/kernels/*.cl
+     ${PROJECT_SOURCE_DIR}/backends/opencl/ptx/*.ptx)
 list(SORT EMBER_CL_KERNELS)
 set(EMBER_CL_GEN_DIR ${PROJECT_BINARY_DIR}/generated)
 file(MAKE_DIRECTORY ${EMBER_CL_GEN_DIR})

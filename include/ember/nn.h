@@ -1,6 +1,6 @@
 /* ember/nn.h: the small set of neural-network ops an inference or training engine needs next to
  * ember_linear: ReLU and its backward, softmax, cross-entropy loss and its gradient, an axpy update
- * (SGD: w += -lr * g) and argmax.
+ * (SGD: w += -lr * g), argmax and select (gathering a minibatch on the device).
  *
  * Every op here is checked by the dispatcher as the ops of ember/ops.h are: live handles (MISUSE),
  * one backend (BACKEND_MISMATCH) and one device (DEVICE_MISMATCH), shapes (SHAPE_MISMATCH, both
@@ -69,7 +69,9 @@ EMBER_API ember_status ember_axpy(float alpha, const ember_tensor *x, const embe
 /* y += alpha * x, in place: the one op in ember that writes into a tensor it is given, so that an
  * optimizer step needs no allocation. The same operand rules as ember_axpy (x may be y). y keeps
  * its own autodiff context; the contexts must still merge (CHECKPOINT_MISMATCH). On failure y is
- * unchanged. */
+ * unchanged. Any copy of y a backend cached in its kernel layout is dropped. Not thread-safe
+ * with other ops reading y at the same time (the only exception to ember's rule that inputs are
+ * never mutated). */
 EMBER_API ember_status ember_axpy_inplace(float alpha, const ember_tensor *x, ember_tensor *y);
 
 /* The index of the largest value along `axis` (0 <= axis < rank), as burn's argmax(dim): the
@@ -78,6 +80,16 @@ EMBER_API ember_status ember_axpy_inplace(float alpha, const ember_tensor *x, em
  * x is F32; INVALID_ARGUMENT for a bad axis or an empty one (no index to return).
  * @return EMBER_OK and *out, on x's device (DTYPE_TRANSFER if that device cannot hold I64). */
 EMBER_API ember_status ember_argmax(const ember_tensor *x, int axis, ember_tensor **out);
+
+/* burn's select(dim, indices): the slices of x at `indices` along `axis`, in that order (repeats
+ * allowed) — e.g. the rows of a minibatch gathered on the device from a dataset uploaded once.
+ * x is any plain dtype (a QFloat x is DTYPE_MISMATCH: dequantize it first); indices are I64 or
+ * I32 of rank 1 on x's device, each in [0, x.shape[axis]) (INVALID_ARGUMENT names the first one
+ * outside, as burn panics on an out-of-bounds index).
+ * @return EMBER_OK and *out: x's dtype, x's shape with that axis replaced by the number of
+ *         indices; a float output carries x's autodiff context. */
+EMBER_API ember_status ember_select(const ember_tensor *x, int axis, const ember_tensor *indices,
+                                    ember_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -114,3 +114,70 @@ gemm_f32(const int trans_a, const int trans_b, const long m, const long n, const
         }
     }
 }
+
+/* gemm_f32_rows: the same product without local memory or barriers, for CPU devices (PoCL runs
+ * each work item's body as a loop; barrier-free code keeps the accumulators in registers, and a
+ * row strip per item walks memory contiguously). ember runs it on CPU devices.
+ * Work item (jb, ib, batch) computes the RM x 16 block at rows ib*RM, columns jb*16: per k, one
+ * float16 load of B's row (contiguous), RM broadcasts of A, RM vector multiply-adds. Edges (and
+ * TRANS_B) take a scalar loop. Global size: (ceil(n/16), ceil(m/RM), batch), any local size.
+ * Tunable: RM (rows per item, default 8). */
+#ifndef RM
+#define RM 8
+#endif
+
+static float a_at(__global const float *A, int trans_a, long lda, long i, long p) {
+    return trans_a ? A[p * lda + i] : A[i * lda + p];
+}
+
+__kernel void gemm_f32_rows(const int trans_a, const int trans_b, const long m, const long n,
+                            const long k, __global const float *A, __global const long *a_off,
+                            __global const float *B, __global const long *b_off,
+                            __global float *C, const float alpha, const float beta) {
+    const long j0 = (long)get_global_id(0) * 16, i0 = (long)get_global_id(1) * RM;
+    const long bi = (long)get_global_id(2);
+    if (j0 >= n || i0 >= m)
+        return;
+    A += a_off[bi];
+    B += b_off[bi];
+    C += bi * m * n;
+    const long lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    const int rows = (int)min((long)RM, m - i0);
+    if (!trans_b && j0 + 16 <= n) {
+        float16 acc[RM];
+        for (int r = 0; r < RM; r++)
+            acc[r] = (float16)(0.0f);
+        for (long p = 0; p < k; p++) {
+            const float16 b = vload16(0, B + p * ldb + j0);
+            for (int r = 0; r < RM; r++)
+                if (r < rows)
+                    acc[r] += a_at(A, trans_a, lda, i0 + r, p) * b;
+        }
+        for (int r = 0; r < rows; r++) {
+            float16 v = alpha * acc[r];
+            if (beta != 0.0f)
+                v += beta * vload16(0, C + (i0 + r) * n + j0);
+            vstore16(v, 0, C + (i0 + r) * n + j0);
+        }
+        return;
+    }
+    const int cols = (int)min((long)16, n - j0);
+    for (int c = 0; c < cols; c++) {
+        const long j = j0 + c;
+        float acc[RM];
+        for (int r = 0; r < RM; r++)
+            acc[r] = 0.0f;
+        for (long p = 0; p < k; p++) {
+            const float b = trans_b ? B[j * ldb + p] : B[p * ldb + j];
+            for (int r = 0; r < RM; r++)
+                if (r < rows)
+                    acc[r] += a_at(A, trans_a, lda, i0 + r, p) * b;
+        }
+        for (int r = 0; r < rows; r++) {
+            float v = alpha * acc[r];
+            if (beta != 0.0f)
+                v += beta * C[(i0 + r) * n + j];
+            C[(i0 + r) * n + j] = v;
+        }
+    }
+}

@@ -8,7 +8,7 @@
  * global f32 scale for two-level schemes (g * s_b, rounded once to f32). The division is exact
  * (correctly rounded) f32: the host builds with -cl-fp32-correctly-rounded-divide-sqrt where the
  * device supports it, else divides in double (EMBER_HAVE_FP64; double rounding is innocuous for a
- * quotient of two floats), else uses the device's division (documented as possibly inexact).
+ * quotient of two floats), else corrects the device's quotient with fma residuals (div_exact).
  * FP_CONTRACT is off so that no multiply is fused with anything.
  *
  * Layout of a quantized buffer (burn's QuantizedBytes): values at byte 0, block scales at
@@ -29,8 +29,34 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
 
+/* x / s correctly rounded. With EMBER_SOFT_DIV (devices with neither correctly rounded division
+ * nor fp64; tests force it to cover it): start from the device's quotient (OpenCL allows 2.5 ulp)
+ * and step to the neighbour whose residual x - c*s, exact through fma, is smallest; a quotient of
+ * two floats is never exactly halfway between two floats, so the nearest is unique. */
 static float div_exact(float x, float s) {
-#if defined(EMBER_CR_DIVIDE) || !defined(EMBER_HAVE_FP64)
+#if defined(EMBER_SOFT_DIV) || (!defined(EMBER_CR_DIVIDE) && !defined(EMBER_HAVE_FP64))
+    float q = x / s;
+    if (!isfinite(q) || q == 0.0f)
+        return q;
+#ifdef EMBER_SOFT_DIV_TEST
+    q = nextafter(nextafter(q, INFINITY), INFINITY); /* tests: start 2 ulp off */
+#endif
+    float r = fabs(fma(-q, s, x));
+    for (int it = 0; it < 4; it++) {
+        const float up = nextafter(q, INFINITY), dn = nextafter(q, -INFINITY);
+        const float ru = fabs(fma(-up, s, x)), rd = fabs(fma(-dn, s, x));
+        if (ru < r && ru <= rd) {
+            q = up;
+            r = ru;
+        } else if (rd < r) {
+            q = dn;
+            r = rd;
+        } else {
+            break;
+        }
+    }
+    return q;
+#elif defined(EMBER_CR_DIVIDE)
     return x / s;
 #else
     return (float)((double)x / (double)s);
@@ -155,42 +181,119 @@ static float eff_scale(__global const uchar *q, long scales_off, int sdt, int ss
 
 /* ---- kernels ---- */
 
-/* One work-group per block: alpha[b] = max |x| over the block, bad[b] = 1 when the block holds a
- * NaN or an Inf. Partial blocks at the edges are clipped. */
-__kernel void q_absmax(__global const float *x, __global float *alpha, __global int *bad,
-                       const int rank, const long8 shape8, const long8 block8, const long8 grid8,
-                       __local float *red, __local int *redbad) {
-    long shape[8], block[8], grid[8], bc[8];
+/* Block layouts with a fast index (bmode): 0 per-tensor (one block); 1 row blocks (every block
+ * dim 1 but the last: block b covers elements [b / gL * L + (b % gL) * bL, ... + bL) of a line of
+ * L, gL = grid[rank-1], bL = block[rank-1]); 2 any rectangle (block_of over all axes). */
+static long block_index(long i, int bmode, int rank, const long *shape, const long *block,
+                        const long *grid) {
+    if (bmode == 0)
+        return 0;
+    if (bmode == 1) {
+        const long L = shape[rank - 1];
+        return (i / L) * grid[rank - 1] + (i % L) / block[rank - 1];
+    }
+    return block_of(i, rank, shape, block, grid);
+}
+
+/* The element index of the e-th element of block b (row-major within the block), or -1 when that
+ * position lies past the tensor's edge (a partial block). bc: b's coordinates in the grid. */
+static long block_elem(long b, long e, int bmode, int rank, const long *shape, const long *block,
+                       const long *grid, const long *bc) {
+    if (bmode == 0)
+        return e;
+    if (bmode == 1) {
+        const long L = shape[rank - 1], gL = grid[rank - 1], bL = block[rank - 1];
+        const long c = (b % gL) * bL + e;
+        return c < L ? (b / gL) * L + c : -1;
+    }
+    long rem = e, idx = 0, mul = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        const long w = rem % block[d];
+        rem /= block[d];
+        const long co = bc[d] * block[d] + w;
+        if (co >= shape[d])
+            return -1;
+        idx += co * mul;
+        mul *= shape[d];
+    }
+    return idx;
+}
+
+/* Per block b: alpha_bits[b] = max |x| over the block (as the bits of a non-negative float, which
+ * order like the floats: atomic_max works on them), bad[b] = 1 when the block holds a NaN or an
+ * Inf. Both start at 0 (the host clears them). Each block's elements are split into chunks of
+ * `chunk`; gpb = chunks per block.
+ * q_absmax_seq (CPU devices): one work item per chunk, walking it contiguously, one atomic each.
+ * q_absmax_wg (other devices): one work-group per chunk, items interleaved (coalesced), a local
+ * reduction, one atomic per group; the local size is a power of two. */
+static void absmax_setup(long b, int rank, const long8 shape8, const long8 block8,
+                         const long8 grid8, long *shape, long *block, long *grid, long *bc,
+                         long *bn) {
     vstore8(shape8, 0, shape);
     vstore8(block8, 0, block);
     vstore8(grid8, 0, grid);
-    const long b = (long)get_group_id(0);
-    const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
-    long t = b, bn = 1;
+    long t = b;
+    *bn = 1;
     for (int d = rank - 1; d >= 0; d--) {
         bc[d] = t % grid[d];
         t /= grid[d];
-        bn *= block[d];
+        *bn *= block[d];
     }
+}
+
+__kernel void q_absmax_seq(__global const float *x, __global uint *alpha_bits,
+                           __global int *bad, const long nchunks, const long gpb,
+                           const long chunk, const int bmode, const int rank,
+                           const long8 shape8, const long8 block8, const long8 grid8) {
+    const long w = (long)get_global_id(0);
+    if (w >= nchunks)
+        return;
+    long shape[8], block[8], grid[8], bc[8], bn;
+    const long b = w / gpb, e0 = (w % gpb) * chunk;
+    absmax_setup(b, rank, shape8, block8, grid8, shape, block, grid, bc, &bn);
+    const long e1 = min(e0 + chunk, bn);
     float m = 0.0f;
     int nf = 0;
-    for (long e = lid; e < bn; e += lsz) {
-        long rem = e, idx = 0, mul = 1;
-        int inside = 1;
-        for (int d = rank - 1; d >= 0; d--) {
-            const long w = rem % block[d];
-            rem /= block[d];
-            const long co = bc[d] * block[d] + w;
-            inside = inside && co < shape[d];
-            idx += co * mul;
-            mul *= shape[d];
+    if (bmode == 0) {
+        for (long e = e0; e < e1; e++) {
+            const float v = x[e];
+            nf |= !isfinite(v);
+            m = fmax(m, fabs(v));
         }
-        if (inside) {
-            const float v = x[idx];
-            if (!isfinite(v))
-                nf = 1;
-            else
+    } else {
+        for (long e = e0; e < e1; e++) {
+            const long idx = block_elem(b, e, bmode, rank, shape, block, grid, bc);
+            if (idx >= 0) {
+                const float v = x[idx];
+                nf |= !isfinite(v);
                 m = fmax(m, fabs(v));
+            }
+        }
+    }
+    if (nf)
+        atomic_or(&bad[b], 1);
+    else if (m > 0.0f)
+        atomic_max(&alpha_bits[b], as_uint(m));
+}
+
+__kernel void q_absmax_wg(__global const float *x, __global uint *alpha_bits, __global int *bad,
+                          const long gpb, const long chunk, const int bmode, const int rank,
+                          const long8 shape8, const long8 block8, const long8 grid8,
+                          __local float *red, __local int *redbad) {
+    long shape[8], block[8], grid[8], bc[8], bn;
+    const long g = (long)get_group_id(0);
+    const long b = g / gpb, e0 = (g % gpb) * chunk;
+    const int lid = (int)get_local_id(0), lsz = (int)get_local_size(0);
+    absmax_setup(b, rank, shape8, block8, grid8, shape, block, grid, bc, &bn);
+    const long e1 = min(e0 + chunk, bn);
+    float m = 0.0f;
+    int nf = 0;
+    for (long e = e0 + lid; e < e1; e += lsz) {
+        const long idx = block_elem(b, e, bmode, rank, shape, block, grid, bc);
+        if (idx >= 0) {
+            const float v = x[idx];
+            nf |= !isfinite(v);
+            m = fmax(m, fabs(v));
         }
     }
     red[lid] = m;
@@ -204,8 +307,10 @@ __kernel void q_absmax(__global const float *x, __global float *alpha, __global 
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) {
-        alpha[b] = red[0];
-        bad[b] = redbad[0];
+        if (redbad[0])
+            atomic_or(&bad[b], 1);
+        else if (red[0] > 0.0f)
+            atomic_max(&alpha_bits[b], as_uint(red[0]));
     }
 }
 
@@ -213,8 +318,8 @@ __kernel void q_absmax(__global const float *x, __global float *alpha, __global 
 __kernel void q_quantize(__global const float *x, __global uchar *qv, __global const float *eff,
                          const long rows, const long L, const long U, const int per,
                          const int bits, const int unit_bytes, const int vkind, const int qa,
-                         const int qb, const int rank, const long8 shape8, const long8 block8,
-                         const long8 grid8) {
+                         const int qb, const int bmode, const int rank, const long8 shape8,
+                         const long8 block8, const long8 grid8) {
     const long u = (long)get_global_id(0);
     if (u >= rows * U)
         return;
@@ -230,7 +335,7 @@ __kernel void q_quantize(__global const float *x, __global uchar *qv, __global c
         if (c >= L)
             break;
         const long i = r * L + c;
-        const float s = eff[block_of(i, rank, shape, block, grid)];
+        const float s = eff[block_index(i, bmode, rank, shape, block, grid)];
         const float v = div_exact(x[i], s);
         uint field;
         if (vkind == 0) {
@@ -254,8 +359,9 @@ __kernel void q_quantize(__global const float *x, __global uchar *qv, __global c
 __kernel void q_dequantize(__global const uchar *q, __global float *out, const long numel,
                            const long L, const long U, const int per, const int bits,
                            const int unit_bytes, const int vkind, const long scales_off,
-                           const int sdt, const int ssize, const long global_off, const int rank,
-                           const long8 shape8, const long8 block8, const long8 grid8) {
+                           const int sdt, const int ssize, const long global_off, const int bmode,
+                           const int rank, const long8 shape8, const long8 block8,
+                           const long8 grid8) {
     const long i = (long)get_global_id(0);
     if (i >= numel)
         return;
@@ -273,8 +379,17 @@ __kernel void q_dequantize(__global const uchar *q, __global float *out, const l
         v = (float)(((int)(field << (32 - bits))) >> (32 - bits)); /* sign-extend */
     else
         v = mf_decode(field, vkind, bits);
-    const long b = block_of(i, rank, shape, block, grid);
+    const long b = block_index(i, bmode, rank, shape, block, grid);
     out[i] = eff_scale(q, scales_off, sdt, ssize, b, global_off) * v;
+}
+
+/* out[b] = the effective scale of block b (b < n), from q's stored scales. */
+__kernel void q_eff_scales(__global const uchar *q, const long scales_off, const int sdt,
+                           const int ssize, const long global_off, const long n,
+                           __global float *out) {
+    const long b = (long)get_global_id(0);
+    if (b < n)
+        out[b] = eff_scale(q, scales_off, sdt, ssize, b, global_off);
 }
 
 /* out[0] = sa * sb: the epilogue factor of a per-tensor int8 matmul, from the stored scales. */

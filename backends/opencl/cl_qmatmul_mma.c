@@ -1,0 +1,271 @@
+/* backends/opencl/cl_qmatmul_mma.c: the NVIDIA tensor-core paths of q_matmul ("mma", "wgmma").
+ *
+ * Detection: an NVIDIA GPU whose cl_nv_device_attribute_query compute capability is >= 8.0 gets
+ * "mma" (kernels/qgemm_mma.cl: OpenCL C with inline PTX mma.sync m16n8k32 s8, built by the
+ * driver for any sm_80+ chip); exactly 9.0 gets "wgmma" (ptx/qgemm_wgmma_sm90a.ptx, a PTX module
+ * for sm_90a loaded with clCreateProgramWithBinary: sm_90a code runs on 9.0 only).
+ *
+ * One call, per batch entry i: qgemm_prep_a copies A_i (any offset, stride or transposition) into
+ * a 16-byte-aligned [m][round16(k)] temporary; qgemm_pack_b_mma / qgemm_pack_b_wgmma packs B_i into
+ * the kernel's tile order (cl_pack_mma.h documents both layouts; the same layout the host packers
+ * write); the GEMM kernel then writes out_i = 0 + scale[0] * (float)acc directly (mode 2 with a
+ * per-tensor scale, the CPU backend's epilogue). M <= 16 runs the skinny mma kernel on both paths
+ * (the weight-streaming case). Shapes past 2^30 in any dimension go to the generic path.
+ * Not done yet: caching the packed B across calls (ember__pack_cache); today B is packed per call,
+ * one extra read + write of the weights (measured in bench/results/gpu.md as a separate line). */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_backend.h"
+#include "cl_pack_mma.h"
+#include "cl_qmatmul_mma.h"
+#include "cl_sources.h"
+
+#define EMBER_CL_CC_MAJOR_NV 0x4000 /* CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV */
+#define EMBER_CL_CC_MINOR_NV 0x4001 /* CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV */
+
+/* 10 * major + minor for an NVIDIA GPU, else 0. */
+static int nv_cc(const ember__cl_device *d) {
+    if (!(d->type & CL_DEVICE_TYPE_GPU))
+        return 0;
+    if (!strstr(d->vendor, "NVIDIA") && !strstr(d->platform_name, "NVIDIA"))
+        return 0;
+    cl_uint major = 0, minor = 0;
+    if (clGetDeviceInfo(d->id, EMBER_CL_CC_MAJOR_NV, sizeof major, &major, NULL) != CL_SUCCESS ||
+        clGetDeviceInfo(d->id, EMBER_CL_CC_MINOR_NV, sizeof minor, &minor, NULL) != CL_SUCCESS)
+        return 0;
+    return (int)(major * 10u + minor);
+}
+
+int ember__cl_has_mma(const ember__cl_device *d) { return nv_cc(d) >= 80; }
+
+int ember__cl_has_wgmma(const ember__cl_device *d) { return nv_cc(d) == 90; }
+
+/* The PTX module, built once per device and kept in the device's program list (released with
+ * the others at shutdown). The options string "<ptx>" marks the entry. */
+static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
+    const char *src = NULL;
+    size_t len = 0;
+    for (const ember__cl_source_entry *e = ember__cl_sources; e->name; e++)
+        if (strcmp(e->name, "qgemm_wgmma_sm90a") == 0) {
+            src = *e->src;
+            len = *e->len;
+        }
+    EMBER_FAIL_IF(!src, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: the wgmma PTX module is not embedded");
+    ember__cl_device *d = &s->dev[dev];
+    pthread_mutex_lock(&d->lock);
+    for (ember__cl_program *p = d->programs; p; p = p->next) {
+        if (p->src == src && strcmp(p->options, "<ptx>") == 0) {
+            *out = p->prog;
+            pthread_mutex_unlock(&d->lock);
+            return EMBER_OK;
+        }
+    }
+    ember__cl_program *e = ember__calloc(1, sizeof *e);
+    char *opt = ember__strdup("<ptx>");
+    if (!e || !opt) {
+        ember__free(e);
+        ember__free(opt);
+        pthread_mutex_unlock(&d->lock);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for a program cache entry");
+    }
+    cl_int err = CL_SUCCESS, bin_status = CL_SUCCESS;
+    size_t n = len + 1; /* the PTX text with its NUL */
+    const unsigned char *bin = (const unsigned char *)src;
+    cl_program prog = clCreateProgramWithBinary(d->ctx, 1, &d->id, &n, &bin, &bin_status, &err);
+    if (prog && err == CL_SUCCESS)
+        err = clBuildProgram(prog, 1, &d->id, "", NULL, NULL);
+    if (!prog || err != CL_SUCCESS) {
+        if (prog)
+            clReleaseProgram(prog);
+        ember__free(e);
+        ember__free(opt);
+        pthread_mutex_unlock(&d->lock);
+        EMBER_FAIL(EMBER_ERR_KERNEL_BUILD, "q_matmul: the sm_90a PTX module did not build on opencl:%d: %s (%d)",
+                   dev, ember__cl_error_name(err), (int)err);
+    }
+    e->src = src;
+    e->src_hash = 0;
+    e->options = opt;
+    e->prog = prog;
+    e->next = d->programs;
+    d->programs = e;
+    *out = prog;
+    pthread_mutex_unlock(&d->lock);
+    return EMBER_OK;
+}
+
+static ember_status launch_ptx(ember__cl_state *s, int dev, const char *kernel, int nargs,
+                               const ember__cl_arg *args, const size_t *global, const size_t *local) {
+    cl_program p = NULL;
+    EMBER_TRY(ptx_program(s, dev, &p));
+    cl_int err = CL_SUCCESS;
+    cl_kernel k = clCreateKernel(p, kernel, &err);
+    if (!k || err != CL_SUCCESS)
+        return ember__cl_fail("q_matmul", "clCreateKernel", dev, err);
+    for (int i = 0; i < nargs; i++) {
+        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
+        if (err != CL_SUCCESS) {
+            clReleaseKernel(k);
+            return ember__cl_fail("q_matmul", "clSetKernelArg", dev, err);
+        }
+    }
+    err = clEnqueueNDRangeKernel(s->dev[dev].queue, k, 2, NULL, global, local, 0, NULL, NULL);
+    clReleaseKernel(k);
+    if (err != CL_SUCCESS)
+        return ember__cl_fail("q_matmul", "clEnqueueNDRangeKernel", dev, err);
+    return EMBER_OK;
+}
+
+/* The generic path's run (the last path of ember__cl_qpath_at). */
+static ember_status run_fallback(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    const ember__cl_qpath *p;
+    for (size_t i = 0; (p = ember__cl_qpath_at(i)) != NULL; i++)
+        if (strcmp(p->name, "generic") == 0)
+            return p->run(s, dev, q);
+    EMBER_FAIL(EMBER_ERR_INVALID_ARGUMENT, "q_matmul: no generic OpenCL path");
+}
+
+static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, int wgmma) {
+    const int64_t lim = (int64_t)1 << 30;
+    if (q->m > lim || q->n > lim || q->k > lim || q->m * q->n > INT64_MAX / 8)
+        return run_fallback(s, dev, q);
+    int m = (int)q->m, n = (int)q->n, k = (int)q->k;
+    int skinny = m <= 16;
+    int use_wg = wgmma && !skinny;
+    int lda16 = (k + 15) / 16 * 16;
+    size_t abytes = (size_t)m * (size_t)lda16;
+    size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, 128) : ember__cl_pack_b_mma_size(k, n);
+    EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
+    cl_mem ap = NULL, bp = NULL, ones = NULL, ws = NULL, cnt = NULL;
+    const cl_float one = 1.0f;
+    ember_status st = ember__cl_temp(s, dev, "q_matmul", abytes, NULL, &ap);
+    if (st == EMBER_OK)
+        st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &bp);
+    if (st == EMBER_OK)
+        st = ember__cl_temp(s, dev, "q_matmul", sizeof one, &one, &ones);
+    /* wgmma split-K for grids that leave SMs idle (2 CTAs per SM of 132): the kernel reduces the
+     * splits itself through a workspace and per-tile counters (zero here, left zero by the kernel) */
+    const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
+    const int nkb = (k + 63) / 64;
+    int splits = 1;
+    while (use_wg && tiles * (size_t)splits * 2 <= 264 && splits * 2 <= 4 && splits * 2 * 8 <= nkb)
+        splits *= 2;
+    if (st == EMBER_OK && splits > 1) {
+        st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 128 * 128 * 4, NULL, &ws);
+        int *zeros = st == EMBER_OK ? ember__calloc(tiles, sizeof(int)) : NULL;
+        if (st == EMBER_OK && !zeros)
+            st = ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, __func__, __LINE__,
+                             "q_matmul: no memory for %zu split-K counters", tiles);
+        if (st == EMBER_OK)
+            st = ember__cl_temp(s, dev, "q_matmul", tiles * sizeof(int), zeros, &cnt);
+        ember__free(zeros);
+    }
+    if (st == EMBER_OK && !ws) { /* unused by a one-split launch, but a buffer must be passed */
+        ws = ones;
+        cnt = ones;
+        clRetainMemObject(ones);
+        clRetainMemObject(ones);
+    }
+    char opts[160];
+    if (skinny)
+        snprintf(opts, sizeof opts, "-DSK_WARPS=8 -DSK_MT=1 -DSK_U=4");
+    else if (m <= 256)
+        snprintf(opts, sizeof opts, "-DBM=64 -DBN=128 -DWM=32 -DWN=64 -DSTAGES=3");
+    else
+        snprintf(opts, sizeof opts, "-DBM=128 -DBN=128 -DWM=64 -DWN=32 -DSTAGES=2");
+    for (int64_t i = 0; st == EMBER_OK && i < q->batch; i++) {
+        cl_int idx = (cl_int)i, ta = q->trans_a, tb = q->trans_b, M = m, N = n, K = k, ld16 = lda16;
+        cl_long lda = q->lda, ldb = q->ldb, pb = (cl_long)pbytes, c_off = i * q->m * q->n;
+        { /* A_i -> [m][lda16] */
+            const ember__cl_arg args[] = {EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(idx),
+                                          EMBER_CL_ARG(lda),  EMBER_CL_ARG(ta),       EMBER_CL_ARG(M),
+                                          EMBER_CL_ARG(K),    EMBER_CL_ARG(ap),       EMBER_CL_ARG(ld16)};
+            const size_t local[2] = {64, 4};
+            const size_t global[2] = {ember__cl_round_up((size_t)lda16, 64), ember__cl_round_up((size_t)m, 4)};
+            st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_prep_a", 9, args, 2, global,
+                                  local);
+        }
+        if (st != EMBER_OK)
+            break;
+        { /* B_i -> packed */
+            const size_t local = 256, global = ember__cl_round_up(pbytes, 256);
+            if (use_wg) {
+                cl_int bn = 128;
+                const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(idx),
+                                              EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),       EMBER_CL_ARG(K),
+                                              EMBER_CL_ARG(N),    EMBER_CL_ARG(bn),       EMBER_CL_ARG(bp),
+                                              EMBER_CL_ARG(pb)};
+                st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_wgmma", 10, args, 1,
+                                      &global, &local);
+            } else {
+                const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(idx),
+                                              EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),       EMBER_CL_ARG(K),
+                                              EMBER_CL_ARG(N),    EMBER_CL_ARG(bp),       EMBER_CL_ARG(pb)};
+                st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_mma", 9, args, 1,
+                                      &global, &local);
+            }
+        }
+        if (st != EMBER_OK)
+            break;
+        /* the GEMM: mode 2 (float out), per-tensor scale[0] * 1.0f */
+        cl_int ldc = N, kps = use_wg ? (nkb + splits - 1) / splits : nkb, mode = 2, zero = 0;
+        if (use_wg) {
+            cl_int swap = 0;
+            cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
+            const ember__cl_arg args[] = {
+                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
+                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
+                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
+                EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws), EMBER_CL_ARG(cnt)};
+            const size_t local[2] = {256, 1}, global[2] = {tiles * 256, (size_t)splits};
+            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 19, args, global, local);
+        } else {
+            const ember__cl_arg args[] = {
+                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
+                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
+                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(c_off)};
+            size_t local[2], global[2] = {0, 1};
+            if (skinny) {
+                local[0] = 256;
+                global[0] = (size_t)((n + 7) / 8) * 256;
+            } else {
+                int bm = m <= 256 ? 64 : 128, nthr = m <= 256 ? 128 : 256;
+                local[0] = (size_t)nthr;
+                global[0] = (size_t)((m + bm - 1) / bm) * (size_t)((n + 127) / 128) * (size_t)nthr;
+            }
+            local[1] = 1;
+            st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", opts,
+                                  skinny ? "qgemm_mma_skinny" : "qgemm_mma_tile", 15, args, 2, global, local);
+        }
+    }
+    if (ap)
+        clReleaseMemObject(ap);
+    if (bp)
+        clReleaseMemObject(bp);
+    if (ones)
+        clReleaseMemObject(ones);
+    if (ws)
+        clReleaseMemObject(ws);
+    if (cnt)
+        clReleaseMemObject(cnt);
+    return st;
+}
+
+ember_status ember__cl_run_mma(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    return run_tc(s, dev, q, 0);
+}
+
+ember_status ember__cl_run_wgmma(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q) {
+    return run_tc(s, dev, q, 1);
+}
+
+/* The two paths, plugged into cl_qmatmul.c's list through its weak references. They take the
+ * per-tensor epilogue only: per-row / per-column scales go to the generic path (per_channel 0). */
+const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90a", ember__cl_has_wgmma,
+                                               ember__cl_run_wgmma, 0};
+const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ember__cl_has_mma,
+                                             ember__cl_run_mma, 0};

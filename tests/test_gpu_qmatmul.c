@@ -1,0 +1,182 @@
+/* tests/test_gpu_qmatmul.c: the NVIDIA tensor-core paths of q_matmul ("wgmma", "mma"; forced with
+ * EMBER_OPENCL_KERNEL) against the exact reference, on the bench shapes and on edge shapes (M, N, K
+ * not multiples of any tile, M = 1, batch 2), fresh random data each run.
+ *
+ * Per path: a context is created with EMBER_OPENCL_KERNEL=<path>; the first OpenCL device whose
+ * int8_matmul_path is that path's label is used (exit 77 when no NVIDIA device offers "mma").
+ * Operands are quantized per tensor (Q8S) on the GPU through the public API, the product is taken
+ * with ember_q_matmul, and every output element (small shapes) or 4096 random elements (bench
+ * shapes) must equal 0 + (sa * sb) * (float)acc bit for bit, acc the exact int32 sum of the stored
+ * int8 values (the CPU backend's epilogue). When the CPU backend has the integer path too, the
+ * whole output must also equal the CPU's, bit for bit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dispatch/internal.h"
+#include "test_util.h"
+
+static ember_context *ctx;
+static ember_device gpu;
+static uint64_t rng;
+static const char *path_name, *path_label;
+
+static void read_raw(const ember_tensor *t, void *dst) {
+    const ember_backend_ops *o = ctx->be[t->device.backend].ops;
+    TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
+}
+
+static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
+    size_t na = (size_t)(batch * m * k), nb = (size_t)(batch * k * n), no = (size_t)(batch * m * n);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4);
+    CU_ASSERT_FATAL(A && B && O);
+    tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+    tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
+    int64_t ash[3] = {batch, m, k}, bsh[3] = {batch, k, n};
+    ember_qscheme qs = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *xa = NULL, *xb = NULL, *qa = NULL, *qb = NULL, *o = NULL;
+    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, ash, A, &xa));
+    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, bsh, B, &xb));
+    TU_OK(ember_quantize(xa, &qs, &qa));
+    TU_OK(ember_quantize(xb, &qs, &qb));
+    TU_OK(ember_q_matmul(qa, qb, &o));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    TU_OK(ember_tensor_read(o, O, no * 4));
+    int8_t *ab = malloc(qa->nbytes), *bb = malloc(qb->nbytes);
+    read_raw(qa, ab);
+    read_raw(qb, bb);
+    float sa, sb;
+    memcpy(&sa, ab + qa->q.scales_offset, 4);
+    memcpy(&sb, bb + qb->q.scales_offset, 4);
+    long bad = 0, checked = (long)(full ? no : 4096);
+    for (long c = 0; c < checked; c++) {
+        size_t idx = full ? (size_t)c : (size_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand()) % no);
+        int64_t bi = (int64_t)idx / (m * n), i = ((int64_t)idx / n) % m, j = (int64_t)idx % n;
+        int32_t acc = 0;
+        for (int64_t p = 0; p < k; p++)
+            acc += (int32_t)ab[(bi * m + i) * k + p] * (int32_t)bb[(bi * k + p) * n + j];
+        volatile float prod = sa * sb;
+        volatile float term = prod * (float)acc;
+        float want = 0.0f + term;
+        if (memcmp(&want, &O[idx], 4) != 0) {
+            if (bad < 3)
+                fprintf(stderr, "  %s %lldx%lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
+                        (long long)batch, (long long)m, (long long)n, (long long)k, idx, O[idx], want);
+            bad++;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul && m * n * k <= (int64_t)1 << 33) {
+        ember_tensor *ca = NULL, *cb = NULL, *co = NULL;
+        TU_OK(ember_to_device(qa, TU_CPU, &ca));
+        TU_OK(ember_to_device(qb, TU_CPU, &cb));
+        TU_OK(ember_q_matmul(ca, cb, &co));
+        float *P = malloc(no * 4);
+        TU_OK(ember_tensor_read(co, P, no * 4));
+        CU_ASSERT_EQUAL(memcmp(P, O, no * 4), 0);
+        free(P);
+        ember_tensor_free(ca);
+        ember_tensor_free(cb);
+        ember_tensor_free(co);
+    }
+    free(ab);
+    free(bb);
+    ember_tensor_free(xa);
+    ember_tensor_free(xb);
+    ember_tensor_free(qa);
+    ember_tensor_free(qb);
+    ember_tensor_free(o);
+    free(A);
+    free(B);
+    free(O);
+}
+
+static void test_edges(void) {
+    one_case(1, 1, 8, 64, 1);
+    one_case(1, 1, 1000, 1000, 1);
+    one_case(1, 3, 77, 130, 1);
+    one_case(1, 16, 33, 70, 1);
+    one_case(1, 17, 200, 96, 1);
+    one_case(1, 33, 129, 4100, 1);
+    one_case(1, 130, 260, 272, 1);
+    one_case(1, 300, 515, 2049, 1);
+    one_case(2, 9, 13, 31, 1);
+    one_case(2, 129, 70, 200, 1);
+}
+
+static void test_bench_shapes(void) {
+    one_case(1, 1, 4096, 4096, 0);
+    one_case(1, 16, 4096, 4096, 0);
+    one_case(1, 128, 4096, 4096, 0);
+    one_case(1, 512, 4096, 4096, 0);
+    one_case(1, 128, 11008, 4096, 0);
+    one_case(1, 1, 11008, 4096, 0);
+    one_case(1, 4096, 4096, 4096, 0);
+}
+
+static int suite_init(void) {
+    rng = tu_seed();
+    srand((unsigned)rng);
+    return 0;
+}
+
+/* A context with EMBER_OPENCL_KERNEL=name, and its first device on that path; 0 if none. */
+static int open_path(const char *name, const char *label) {
+    setenv("EMBER_OPENCL_KERNEL", name, 1);
+    if (ember_context_create(NULL, &ctx) != EMBER_OK) {
+        fprintf(stderr, "context_create: %s\n", ember_last_error());
+        return -1;
+    }
+    int nd = ember_device_count(ctx, EMBER_BACKEND_OPENCL);
+    for (int i = 0; i < nd; i++) {
+        ember_device d = {EMBER_BACKEND_OPENCL, i};
+        ember_device_info info;
+        if (ember_device_describe(ctx, d, &info) == EMBER_OK &&
+            (strcmp(info.int8_matmul_path, label) == 0 || getenv("EMBER_TEST_GPU_ANY"))) {
+            fprintf(stderr, "\n  opencl:%d = %s | %s | int8 %s\n", i, info.name, info.driver,
+                    info.int8_matmul_path);
+            gpu = d;
+            path_name = name;
+            path_label = label;
+            return 1;
+        }
+    }
+    ember_context_destroy(ctx);
+    ctx = NULL;
+    return 0;
+}
+
+int main(void) {
+    if (!getenv("EMBER_OPENCL_CACHE_DIR")) {
+        mkdir("ember-cl-cache", 0755);
+        setenv("EMBER_OPENCL_CACHE_DIR", "ember-cl-cache", 1);
+    }
+    static const char *const paths[2][2] = {{"wgmma", "opencl.wgmma_sm90a"}, {"mma", "opencl.mma_sm80"}};
+    int ran = 0, rc = 0;
+    for (int p = 0; p < 2; p++) {
+        int got = open_path(paths[p][0], paths[p][1]);
+        if (got < 0)
+            return 1;
+        if (!got) {
+            fprintf(stderr, "test_gpu_qmatmul: no device on path %s\n", paths[p][0]);
+            continue;
+        }
+        ran++;
+        CU_TestInfo tests[] = {{"edge shapes, exact", test_edges},
+                               {"bench shapes, exact (sampled)", test_bench_shapes},
+                               CU_TEST_INFO_NULL};
+        char suite[64];
+        snprintf(suite, sizeof suite, "q_matmul on %s", path_label);
+        CU_SuiteInfo suites[] = {{suite, suite_init, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};
+        rc |= tu_run("test_gpu_qmatmul", suites);
+        ember_context_destroy(ctx);
+        ctx = NULL;
+    }
+    if (!ran) {
+        fprintf(stderr, "test_gpu_qmatmul: no NVIDIA tensor-core OpenCL device: skipped\n");
+        return 77;
+    }
+    return rc;
+}
