@@ -233,8 +233,7 @@ static void ember_first(ember_case *e) {
                                           e->sb, e->C, NULL, e->n) == EMBER_OK)
         return;
     ember__qpack p;
-    s8_src src = {e->B, e->n};
-    ember__qpack_b_mt(e->s, &p, e->k, e->n, 0, 8, s8_row, &src, e->sb);
+    ember__qpack_b_plain(e->s, &p, e->k, e->n, e->n, 0, e->B, e->sb);
     ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &p, e->C, e->n);
     ember__qpack_free(&p);
 }
@@ -383,8 +382,8 @@ int main(int argc, char **argv) {
             for (int64_t j = 0; j < n * (k / 32); j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
             ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, C, {0}, {0}};
-            s8_src s8 = {B, n}, s4 = {B4, n};
-            ember__qpack_b_mt(s, &e.p8, k, n, 0, 8, s8_row, &s8, sb);
+            s8_src s4 = {B4, n};
+            ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
 #ifdef EMBER_BENCH_HAVE_DNNL
             dnnl_case dr, dp;

@@ -306,3 +306,34 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
             i += mr;
         }
 }
+
+/* Packing 4 rows of int8 B (k group) into the 8-bit layout, 64 columns a step: byte interleave
+ * (r0, r1), (r2, r3), then word interleave, gives in 128-bit lane L of x0..x3 the columns
+ * 16L..16L+15 in order; a 4 x 4 transpose of 128-bit lanes puts each 16-column group in one
+ * register. rows[q] NULL: zeros. Columns [0, nv) are read, [0, jn) written (jn % 32 == 0);
+ * column c goes to dst + (c / 32) * pstride + ((c % 32) / 16) * 64. */
+void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
+                          int64_t pstride) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < jn; c += 64) {
+        const int64_t left = nv - c;
+        const __mmask64 m = left >= 64 ? ~(__mmask64)0
+                                       : (left > 0 ? (((__mmask64)1 << left) - 1) : 0);
+        __m512i r[4];
+        for (int q = 0; q < 4; q++)
+            r[q] = rows[q] ? _mm512_maskz_loadu_epi8(m, rows[q] + c) : _mm512_setzero_si512();
+        __m512i ab0 = _mm512_unpacklo_epi8(r[0], r[1]), ab1 = _mm512_unpackhi_epi8(r[0], r[1]);
+        __m512i cd0 = _mm512_unpacklo_epi8(r[2], r[3]), cd1 = _mm512_unpackhi_epi8(r[2], r[3]);
+        __m512i x0 = _mm512_unpacklo_epi16(ab0, cd0), x1 = _mm512_unpackhi_epi16(ab0, cd0);
+        __m512i x2 = _mm512_unpacklo_epi16(ab1, cd1), x3 = _mm512_unpackhi_epi16(ab1, cd1);
+        __m512i t0 = _mm512_shuffle_i64x2(x0, x1, 0x44), t1 = _mm512_shuffle_i64x2(x0, x1, 0xee);
+        __m512i t2 = _mm512_shuffle_i64x2(x2, x3, 0x44), t3 = _mm512_shuffle_i64x2(x2, x3, 0xee);
+        __m512i o[4] = {_mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xdd),
+                        _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
+        for (int g = 0; g < 4 && c + 16 * g < jn; g++) {
+            const int64_t col = c + 16 * g;
+            _mm512_store_si512(dst + (col / 32) * pstride + ((col % 32) / 16) * 64,
+                               _mm512_xor_si512(o[g], bias));
+        }
+    }
+}
