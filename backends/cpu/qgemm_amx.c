@@ -133,7 +133,13 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
         int cur = 0;
         int64_t prev_i = -1, prev_rows = 0;
+        /* the next 32-column panel of B (contiguous after this one in the 8-bit layout) is read
+         * into L2 while this one is used: a slice of it per K step of each row block */
+        const int64_t nip = ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32;
+        const int pf = p->bits == 8 && j + 32 < j1 && j + 32 < p->n;
+        const int64_t slice = pf ? (kp * 32) / nip : 0, per_step = slice / steps;
         for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
+            const char *pfb = (const char *)b0 + kp * 32 + ((i - i0) / 32) * slice;
             const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
             const int8_t *a1 = a0 + 1024;
             const int32_t *pb = buf[cur ^ 1];
@@ -151,6 +157,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 _tile_loadd(5, a1 + k * 32, 64);
                 _tile_dpbsud(2, 5, 6);
                 _tile_dpbsud(3, 5, 7);
+                for (int64_t l = 0; l < per_step; l += 64)
+                    _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                 if (prev_i >= 0 && st * per < prev_rows) {
                     int64_t r1 = st * per + per;
                     epi_rows(jb, pb, prev_i, j, st * per, r1 < prev_rows ? r1 : prev_rows, s0, s1,
