@@ -14,7 +14,8 @@
  * threads; the M = 1 / 8 roofline is 2 * M ops per weight byte at that bandwidth.
  *
  * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K]
- * OpenBLAS is re-executed with OPENBLAS_CORETYPE=SkylakeX when unset (it misdetects this CPU). */
+ * The program re-executes itself with OPENBLAS_CORETYPE=SkylakeX when unset (OpenBLAS misdetects
+ * this CPU), and then also with short idle spins for OpenBLAS and OpenMP (see main). */
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -247,6 +248,13 @@ static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "emb
 int main(int argc, char **argv) {
     if (!getenv("OPENBLAS_CORETYPE")) {
         setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        /* Interleaved rows share two cores: a library whose idle threads keep spinning for long
+         * after its call slows the next row. Give OpenBLAS (2^4 cycles) and OpenMP / oneDNN
+         * (20000 spins) short idle spins, as ember's pool has (about 1000 pauses). */
+        if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
+            setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+        if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
+            setenv("GOMP_SPINCOUNT", "20000", 1);
         execv("/proc/self/exe", argv);
     }
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0;
@@ -301,9 +309,12 @@ int main(int argc, char **argv) {
         printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, \"results\": [\n",
                host, ember__qtier_name(best), openblas_get_corename(), have_dnnl);
     else
-        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s\n", host,
-               ember__qtier_name(best), openblas_get_corename(),
-               have_dnnl ? "2.x linked" : "absent (rows skipped)");
+        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s; "
+               "OPENBLAS_THREAD_TIMEOUT=%s GOMP_SPINCOUNT=%s\n",
+               host, ember__qtier_name(best), openblas_get_corename(),
+               have_dnnl ? "2.x linked" : "absent (rows skipped)",
+               getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "-",
+               getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "-");
     size_t bwbytes = (size_t)16 << 20;
     uint8_t *bwbuf = ember__aligned_alloc(bwbytes);
     memset(bwbuf, 1, bwbytes);
