@@ -3,7 +3,8 @@
  *
  * Rows per shape (M x N x K) and thread count:
  *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
- *   ember_q8_first   the same including packing B on every call (a first call)
+ *   ember_q8_first   a first call: B packed on every call (M <= 16: the unpacked kernel the
+ *                    library runs on a first decode-sized call instead)
  *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
@@ -13,7 +14,8 @@
  * threads; the M = 1 / 8 roofline is 2 * M ops per weight byte at that bandwidth.
  *
  * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K]
- * OpenBLAS is re-executed with OPENBLAS_CORETYPE=SkylakeX when unset (it misdetects this CPU). */
+ * The program re-executes itself with OPENBLAS_CORETYPE=SkylakeX when unset (OpenBLAS misdetects
+ * this CPU), and then also with short idle spins for OpenBLAS and OpenMP (see main). */
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
@@ -227,9 +229,12 @@ static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *
 }
 
 static void ember_first(ember_case *e) {
+    /* as the library does: a decode-sized first call runs on B unpacked */
+    if (e->m <= 16 && ember__qgemm_direct(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
+                                          e->sb, e->C, NULL, e->n) == EMBER_OK)
+        return;
     ember__qpack p;
-    s8_src src = {e->B, e->n};
-    ember__qpack_b_mt(e->s, &p, e->k, e->n, 0, 8, s8_row, &src, e->sb);
+    ember__qpack_b_plain(e->s, &p, e->k, e->n, e->n, 0, e->B, e->sb);
     ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &p, e->C, e->n);
     ember__qpack_free(&p);
 }
@@ -243,6 +248,13 @@ static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "emb
 int main(int argc, char **argv) {
     if (!getenv("OPENBLAS_CORETYPE")) {
         setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        /* Interleaved rows share two cores: a library whose idle threads keep spinning for long
+         * after its call slows the next row. Give OpenBLAS (2^4 cycles) and OpenMP / oneDNN
+         * (20000 spins) short idle spins, as ember's pool has (about 1000 pauses). */
+        if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
+            setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+        if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
+            setenv("GOMP_SPINCOUNT", "20000", 1);
         execv("/proc/self/exe", argv);
     }
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0;
@@ -297,9 +309,12 @@ int main(int argc, char **argv) {
         printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, \"results\": [\n",
                host, ember__qtier_name(best), openblas_get_corename(), have_dnnl);
     else
-        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s\n", host,
-               ember__qtier_name(best), openblas_get_corename(),
-               have_dnnl ? "2.x linked" : "absent (rows skipped)");
+        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s; "
+               "OPENBLAS_THREAD_TIMEOUT=%s GOMP_SPINCOUNT=%s\n",
+               host, ember__qtier_name(best), openblas_get_corename(),
+               have_dnnl ? "2.x linked" : "absent (rows skipped)",
+               getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "-",
+               getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "-");
     size_t bwbytes = (size_t)16 << 20;
     uint8_t *bwbuf = ember__aligned_alloc(bwbytes);
     memset(bwbuf, 1, bwbytes);
@@ -378,8 +393,8 @@ int main(int argc, char **argv) {
             for (int64_t j = 0; j < n * (k / 32); j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
             ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, C, {0}, {0}};
-            s8_src s8 = {B, n}, s4 = {B4, n};
-            ember__qpack_b_mt(s, &e.p8, k, n, 0, 8, s8_row, &s8, sb);
+            s8_src s4 = {B4, n};
+            ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
 #ifdef EMBER_BENCH_HAVE_DNNL
             dnnl_case dr, dp;

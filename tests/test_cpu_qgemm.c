@@ -185,6 +185,8 @@ static void test_epilogue(void) {
     check_epilogue(s, 70, 50, 96, 32, 4, 0);  /* 4-bit, block 32 */
     check_epilogue(s, 1, 100, 64, 32, 4, 1);  /* decode row */
     check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
+    check_epilogue(s, 97, 40, 130, 0, 4, 0);  /* 4-bit, one chunk, several row blocks */
+    check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
     ember_context_destroy(ctx);
 }
 

@@ -147,7 +147,11 @@ static ember_status pack_qb(ember__cpu_state *s, const ember_tensor *b, const fl
     qsrc src;
     qsrc_init(&src, b, b_off);
     const int bits = ember__qvalue_get_info(b->scheme.value)->bits == 8 ? 8 : 4;
-    ember_status st = ember__qpack_b_mt(s, p, k, n, kc, bits, qsrc_row_cb, &src, sb);
+    ember_status st;
+    if (b->scheme.store == EMBER_QSTORE_NATIVE) /* int8 rows read in place */
+        st = ember__qpack_b_plain(s, p, k, n, n, kc, (const int8_t *)b->buf + b_off, sb);
+    else
+        st = ember__qpack_b_mt(s, p, k, n, kc, bits, qsrc_row_cb, &src, sb);
     ember__free(sb);
     return st;
 }

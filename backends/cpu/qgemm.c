@@ -115,6 +115,9 @@ typedef struct pack_b_arg {
     ember__qpack *p;
     ember__qrow_fn row;
     const void *src;
+    const int8_t *plain; /* plain int8 rows (row callback unused), 8-bit only */
+    int64_t ldb;
+    int avx512;
 } pack_b_arg;
 
 #define PACK_NB 256 /* columns per packing task */
@@ -160,6 +163,24 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
     int8_t rows[8][PACK_NB] __attribute__((aligned(64)));
     uint8_t tmp[2][64] __attribute__((aligned(64)));
     const int64_t kstep = p->bits == 8 ? 4 : 8;
+    if (p->bits == 8 && a->avx512) { /* rows in place (plain) or through the callback */
+        const int64_t pstride = (p->kp / 4) * 128;
+        for (int64_t k0 = 0; k0 < p->kp; k0 += 4) {
+            const int8_t *rp[4];
+            for (int r = 0; r < 4; r++) {
+                if (k0 + r >= p->k || nv <= 0) {
+                    rp[r] = NULL;
+                } else if (a->plain) {
+                    rp[r] = a->plain + (k0 + r) * a->ldb + j0;
+                } else {
+                    a->row(a->src, k0 + r, j0, nv, rows[r]);
+                    rp[r] = rows[r];
+                }
+            }
+            ember__qpack8_avx512(rp, nv, jn, p->b + (j0 / 32) * pstride + (k0 / 4) * 128, pstride);
+        }
+        return;
+    }
     for (int64_t k0 = 0; k0 < p->kp; k0 += kstep) {
         for (int64_t r = 0; r < kstep; r++) {
             if (k0 + r < p->k && nv > 0) {
@@ -191,9 +212,29 @@ ember_status ember__qpack_b(ember__qpack *p, int64_t k, int64_t n, int64_t kc, i
     return ember__qpack_b_mt(NULL, p, k, n, kc, bits, row, src, scales);
 }
 
+static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
+                                const int8_t *plain, int64_t ldb, const float *scales);
+
 ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
                                const float *scales) {
+    return qpack_b_any(s, p, k, n, kc, bits, row, src, NULL, 0, scales);
+}
+
+ember_status ember__qpack_b_plain(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                  int64_t ldb, int64_t kc, const int8_t *B, const float *scales) {
+    return qpack_b_any(s, p, k, n, kc, 8, NULL, NULL, B, ldb, scales);
+}
+
+static void plain_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
+    const pack_b_arg *a = src;
+    memcpy(dst, a->plain + kk * a->ldb + j0, (size_t)nj);
+}
+
+static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
+                                const int8_t *plain, int64_t ldb, const float *scales) {
     memset(p, 0, sizeof *p);
     p->k = k;
     p->n = n;
@@ -233,7 +274,11 @@ ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, 
             else
                 ((float *)p->sb)[c * p->np + j] = f;
         }
-    pack_b_arg a = {p, row, src};
+    pack_b_arg a = {p, row, src, plain, ldb, ember__qtier_available(EMBER__QT_AVX512)};
+    if (plain && !a.avx512) { /* the SSE2 path reads rows through a callback */
+        a.row = plain_row;
+        a.src = &a;
+    }
     ember__cpu_parallel_for(s, (p->np + PACK_NB - 1) / PACK_NB, pack_b_task, &a);
     return EMBER_OK;
 }
@@ -250,6 +295,8 @@ static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *
 
 ember_status ember__qpack_b_s8(ember__qpack *p, int64_t k, int64_t n, int64_t ldb, int64_t kc,
                                int bits, const int8_t *B, const float *scales) {
+    if (bits == 8)
+        return ember__qpack_b_plain(NULL, p, k, n, ldb, kc, B, scales);
     s8_src s = {B, ldb};
     return ember__qpack_b(p, k, n, kc, bits, s8_row, &s, scales);
 }

@@ -6,7 +6,7 @@
  *     C[m, n] = sum over K chunks c of  sa[i, c] * sb[c, j] * (A_c[i, :] . B_c[:, j])
  *
  * A is int8 (row-major, any lda); B is a pre-packed operand (ember__qpack). The dot products are
- * exact int32 sums; a "chunk" is the K extent over which both operands' scales are constant (the
+ * exact int32 sums (for chunks shorter than 2^17 values; the q_matmul entry declines longer); a "chunk" is the K extent over which both operands' scales are constant (the
  * whole K for per-tensor / per-row / per-column scales, the K block for per-block scales).
  *
  * Packed B layout (shared by every tier, so one cache serves them all). K is padded with zeros to
@@ -69,6 +69,9 @@ typedef void (*ember__qrow_fn)(const void *src, int64_t kk, int64_t j0, int64_t 
  * [nch][n] effective f32 scales (NULL: all 1). Returns EMBER_OK or OUT_OF_MEMORY (p left empty). */
 ember_status ember__qpack_b(ember__qpack *p, int64_t k, int64_t n, int64_t kc, int bits,
                             ember__qrow_fn row, const void *src, const float *scales);
+/* Plain int8 B [k, n] with leading dimension ldb: rows read in place (no callback). */
+ember_status ember__qpack_b_plain(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                  int64_t ldb, int64_t kc, const int8_t *B, const float *scales);
 /* The same, packing column blocks on the context's threads (s may be NULL). */
 ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
@@ -165,6 +168,10 @@ ember__qtier ember__cpu_tier(const ember__cpu_state *s);
 double ember__qpeak_amx(int64_t iters);
 double ember__qpeak_vnni(int64_t iters);
 
+/* AVX-512 packing of a k group of 8-bit B (qgemm_avx512.c): rows[0..3] (NULL: zeros), columns
+ * [0, nv) read, [0, jn) written (jn % 32 == 0), column c at dst + (c/32)*pstride + (c%32/16)*64. */
+void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
+                          int64_t pstride);
 /* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
  * sums per K chunk (kc % 64 == 0 or nch == 1) into rs. src NULL: a zero padding row. */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,

@@ -91,6 +91,93 @@ static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, co
     _tile_stored(3, out + 16 * 32 + 16, 128);
 }
 
+/* Scale rows [r0, r1) of a finished 32 x 32 int32 block (one chunk) into the float output. */
+static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb, const int32_t *buf,
+                                                           int64_t i, int64_t j, int64_t r0,
+                                                           int64_t r1, __m512 s0, __m512 s1,
+                                                           __mmask16 k0m, __mmask16 k1m) {
+    const int bias = jb->p->bias;
+    for (int64_t r = r0; r < r1; r++) {
+        __m512i corr = _mm512_set1_epi32(bias * jb->rs[i + r]);
+        __m512 sar = _mm512_set1_ps(jb->sa[i + r]);
+        __m512 x0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+        __m512 x1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+        float *o = jb->c + (i + r) * jb->ldc + j;
+        _mm512_mask_storeu_ps(o, k0m, _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0)));
+        _mm512_mask_storeu_ps(o + 16, k1m, _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1)));
+    }
+}
+
+/* One K chunk, float output (the common case): the scaling of each block is spread over the
+ * K steps of the next block, so that the vector work runs while the tile unit multiplies. */
+static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                            uint8_t *unp) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, steps = kp / 64;
+    const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
+    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
+    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
+        const uint8_t *b0, *b1;
+        if (p->bits == 8) {
+            b0 = p->b + (j / 32) * (kp / 4) * 128;
+        } else {
+            unpack_panel(p, j, unp);
+            b0 = unp;
+        }
+        b1 = b0 + 64;
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
+        const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
+        int cur = 0;
+        int64_t prev_i = -1, prev_rows = 0;
+        /* the next 32-column panel of B (contiguous after this one in the 8-bit layout) is read
+         * into L2 while this one is used: a slice of it per K step of each row block */
+        const int64_t nip = ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32;
+        const int pf = p->bits == 8 && j + 32 < j1 && j + 32 < p->n;
+        const int64_t slice = pf ? (kp * 32) / nip : 0, per_step = slice / steps;
+        for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
+            const char *pfb = (const char *)b0 + kp * 32 + ((i - i0) / 32) * slice;
+            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a1 = a0 + 1024;
+            const int32_t *pb = buf[cur ^ 1];
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t st = 0; st < steps; st++) {
+                const int64_t k = st * 64;
+                _tile_loadd(4, a0 + k * 32, 64);
+                _tile_loadd(6, b0 + k * 32, 128);
+                _tile_dpbsud(0, 4, 6);
+                _tile_loadd(7, b1 + k * 32, 128);
+                _tile_dpbsud(1, 4, 7);
+                _tile_loadd(5, a1 + k * 32, 64);
+                _tile_dpbsud(2, 5, 6);
+                _tile_dpbsud(3, 5, 7);
+                for (int64_t l = 0; l < per_step; l += 64)
+                    _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
+                if (prev_i >= 0 && st * per < prev_rows) {
+                    int64_t r1 = st * per + per;
+                    epi_rows(jb, pb, prev_i, j, st * per, r1 < prev_rows ? r1 : prev_rows, s0, s1,
+                             k0m, k1m);
+                }
+            }
+            _tile_stored(0, buf[cur], 128);
+            _tile_stored(1, buf[cur] + 16, 128);
+            _tile_stored(2, buf[cur] + 16 * 32, 128);
+            _tile_stored(3, buf[cur] + 16 * 32 + 16, 128);
+            prev_i = i;
+            prev_rows = jb->m - i < 32 ? jb->m - i : 32;
+            cur ^= 1;
+        }
+        if (prev_i >= 0)
+            epi_rows(jb, buf[cur ^ 1], prev_i, j, 0, prev_rows, s0, s1, k0m, k1m);
+    }
+}
+
 void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread) {
     const ember__qpack *p = jb->p;
@@ -105,6 +192,11 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     tile_config(ks);
     if (i1 > jb->mp)
         i1 = jb->mp;
+    if (nch == 1 && jb->c && !p->sb16) {
+        block_pipelined(jb, i0, i1, j0, j1, unp);
+        _tile_release();
+        return;
+    }
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0, *b1;
         if (p->bits == 8) {

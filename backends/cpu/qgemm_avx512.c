@@ -63,8 +63,14 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
             for (int64_t kk = k0; kk < k1; kk += 8) {
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
-                __m512i l0 = _mm512_and_si512(w0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-                __m512i l1 = _mm512_and_si512(w1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+                __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
+                if (MR <= 3) { /* high nibbles in place (16 x value): shifted once per chunk */
+                    h0 = _mm512_andnot_si512(m4, w0);
+                    h1 = _mm512_andnot_si512(m4, w1);
+                } else {
+                    h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+                    h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+                }
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
                     int32_t x0, x1;
@@ -82,11 +88,13 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     }
                 }
             }
+            /* every term of acch is a multiple of 16 (and |acch| < 2^31: 240 * 128 * k < 2^31 for
+             * the chunks the entry admits), so the shift is exact */
             if (MR <= 3)
 #pragma GCC unroll 6
                 for (int r = 0; r < MR; r++) {
-                    acc[r][0] = _mm512_add_epi32(acc[r][0], acch[r][0]);
-                    acc[r][1] = _mm512_add_epi32(acc[r][1], acch[r][1]);
+                    acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_srai_epi32(acch[r][0], 4));
+                    acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_srai_epi32(acch[r][1], 4));
                 }
         }
         if (jb->c32) {
@@ -218,6 +226,9 @@ EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, c
     const int8_t *b = d->b + j;
     int64_t kk = 0;
     for (; kk + 2 <= k; kk += 2) {
+        /* a 64-byte piece per row at a large stride: no hardware prefetcher follows that */
+        _mm_prefetch((const char *)(b + (kk + 24) * d->ldb), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + (kk + 25) * d->ldb), _MM_HINT_T0);
         __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
         __m512i r1 = _mm512_maskz_loadu_epi8(lm, b + (kk + 1) * d->ldb);
         __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
@@ -294,4 +305,35 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
             fns[mr](d, i, j);
             i += mr;
         }
+}
+
+/* Packing 4 rows of int8 B (k group) into the 8-bit layout, 64 columns a step: byte interleave
+ * (r0, r1), (r2, r3), then word interleave, gives in 128-bit lane L of x0..x3 the columns
+ * 16L..16L+15 in order; a 4 x 4 transpose of 128-bit lanes puts each 16-column group in one
+ * register. rows[q] NULL: zeros. Columns [0, nv) are read, [0, jn) written (jn % 32 == 0);
+ * column c goes to dst + (c / 32) * pstride + ((c % 32) / 16) * 64. */
+void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
+                          int64_t pstride) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < jn; c += 64) {
+        const int64_t left = nv - c;
+        const __mmask64 m = left >= 64 ? ~(__mmask64)0
+                                       : (left > 0 ? (((__mmask64)1 << left) - 1) : 0);
+        __m512i r[4];
+        for (int q = 0; q < 4; q++)
+            r[q] = rows[q] ? _mm512_maskz_loadu_epi8(m, rows[q] + c) : _mm512_setzero_si512();
+        __m512i ab0 = _mm512_unpacklo_epi8(r[0], r[1]), ab1 = _mm512_unpackhi_epi8(r[0], r[1]);
+        __m512i cd0 = _mm512_unpacklo_epi8(r[2], r[3]), cd1 = _mm512_unpackhi_epi8(r[2], r[3]);
+        __m512i x0 = _mm512_unpacklo_epi16(ab0, cd0), x1 = _mm512_unpackhi_epi16(ab0, cd0);
+        __m512i x2 = _mm512_unpacklo_epi16(ab1, cd1), x3 = _mm512_unpackhi_epi16(ab1, cd1);
+        __m512i t0 = _mm512_shuffle_i64x2(x0, x1, 0x44), t1 = _mm512_shuffle_i64x2(x0, x1, 0xee);
+        __m512i t2 = _mm512_shuffle_i64x2(x2, x3, 0x44), t3 = _mm512_shuffle_i64x2(x2, x3, 0xee);
+        __m512i o[4] = {_mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xdd),
+                        _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
+        for (int g = 0; g < 4 && c + 16 * g < jn; g++) {
+            const int64_t col = c + 16 * g;
+            _mm512_store_si512(dst + (col / 32) * pstride + ((col % 32) / 16) * 64,
+                               _mm512_xor_si512(o[g], bias));
+        }
+    }
 }

@@ -1,11 +1,13 @@
 /* backends/cpu/threadpool.c: a persistent pthread pool per context behind ember__cpu_parallel_for.
  *
  * cpu_init starts num_threads - 1 workers (ember__cpu_pool_start); cpu_shutdown joins them
- * (ember__cpu_pool_stop). A parallel_for publishes the job under the pool mutex, bumps the job
- * generation and wakes the workers; tasks are handed out through an atomic counter, the calling
- * thread takes part, and the caller returns once every worker has left the job. Idle workers spin
- * briefly on the generation (decode-sized calls come back to back) and then sleep on a condition
- * variable. One job runs at a time: a call made while the pool is busy (another application thread
+ * (ember__cpu_pool_stop). A parallel_for publishes a pointer to the job (on the caller's stack),
+ * bumps the generation and wakes the workers; tasks are handed out through an atomic counter and
+ * the calling thread takes part. When every task is claimed the caller withdraws the pointer and
+ * waits only for the workers inside the job (`active`): a worker counts itself in before it loads
+ * the pointer, so one that wakes late finds no job and never holds the caller up (waking a sleeping
+ * vCPU can take longer than a decode-sized product). Idle workers spin briefly on the generation
+ * and then sleep on a condition variable. One job runs at a time: a call made while the pool is busy (another application thread
  * on the same context) runs its tasks inline on the calling thread, which is always correct.
  * Without a pool (start failed or one thread) every call runs inline. */
 #include <sched.h>
@@ -38,21 +40,24 @@ struct pool {
     pthread_mutex_t scratch_mu;
     void *scratch;
     size_t scratch_bytes;
-    atomic_uint gen;     /* bumped per job */
-    atomic_int pending;  /* workers still inside the current job */
-    /* the current job */
+    atomic_uint gen;       /* bumped per job (wakes the workers) */
+    atomic_int active;     /* workers inside the current job */
+    _Atomic(struct job *) job; /* the open job, NULL between jobs */
+};
+
+typedef struct job {
     ember__task_fn fn;
     void *arg;
     int64_t n;
     atomic_llong next;
-};
+} job;
 
-static void run_tasks(pool *p, int thread) {
+static void run_tasks(job *j, int thread) {
     for (;;) {
-        int64_t t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (t >= p->n)
+        int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (t >= j->n)
             return;
-        p->fn(p->arg, t, thread);
+        j->fn(j->arg, t, thread);
     }
 }
 
@@ -81,12 +86,14 @@ static void *worker_main(void *v) {
         if (g == seen) /* stop */
             return NULL;
         seen = g;
-        if (p->stop) {
-            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        if (p->stop)
             return NULL;
-        }
-        run_tasks(p, thread);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        /* count in first, then look: the caller withdraws the job before it reads `active` */
+        atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
+        job *j = atomic_load_explicit(&p->job, memory_order_seq_cst);
+        if (j)
+            run_tasks(j, thread);
+        atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
     }
 }
 
@@ -104,8 +111,8 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_cond_init(&p->wake, NULL);
     pthread_mutex_init(&p->scratch_mu, NULL);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
-    atomic_init(&p->next, 0);
+    atomic_init(&p->active, 0);
+    atomic_init(&p->job, NULL);
     p->tier = ember__qtier_select(s->max_isa);
     for (int i = 0; i < nw; i++) {
         p->wc[i].p = p;
@@ -149,18 +156,18 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
         run_inline(n_tasks, fn, arg);
         return;
     }
+    job j = {.fn = fn, .arg = arg, .n = n_tasks};
+    atomic_init(&j.next, 0);
+    atomic_store_explicit(&p->job, &j, memory_order_seq_cst);
     pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->arg = arg;
-    p->n = n_tasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->nworkers, memory_order_relaxed);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(p, 0);
+    run_tasks(&j, 0);
+    /* every task is claimed: close the job, then wait for the workers still inside it */
+    atomic_store_explicit(&p->job, NULL, memory_order_seq_cst);
     int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    while (atomic_load_explicit(&p->active, memory_order_seq_cst) > 0) {
         if (++spins > SPIN_ITERS)
             sched_yield();
 #if defined(__x86_64__) || defined(__i386__)
