@@ -489,7 +489,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
-    const size_t per = (amx && p->bits == 4) ? (size_t)32 * (size_t)p->kp : 0;
+    const size_t per = amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)32 * (size_t)p->kp : 0)
+                           : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
