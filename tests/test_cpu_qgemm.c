@@ -187,6 +187,8 @@ static void test_epilogue(void) {
     check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);  /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
+    check_epilogue(s, 40, 70, 1100, 0, 4, 0); /* 4-bit over several K slices */
+    check_epilogue(s, 600, 300, 96, 0, 8, 0); /* several row and column tasks */
     ember_context_destroy(ctx);
 }
 

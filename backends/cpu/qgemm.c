@@ -489,8 +489,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
-    const size_t per = amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)32 * (size_t)p->kp : 0)
-                           : 0;
+    const size_t per =
+        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
@@ -522,11 +522,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         if (nb < 32)
             nb = 32;
     } else {
-        /* AMX: the A block of a task (mb x kp bytes) stays in L2 while the task's B panels
-         * stream past it: about 512 KiB of A, 64..512 rows */
+        /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
+         * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */
         if (amx) {
-            mb = ((int64_t)512 * 1024 / p->kp) / 32 * 32;
-            mb = mb < 64 ? 64 : (mb > 512 ? 512 : mb);
+            mb = 512;
             nb = 256;
         } else {
             mb = 64;

@@ -128,12 +128,12 @@ typedef struct ember__qjob {
     float *c; /* float out, or NULL when c32 is used */
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
-    uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 32 x kp bytes for
-                          4-bit B), 64-byte aligned */
+    uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
+                          for 4-bit B), 64-byte aligned */
 } ember__qjob;
 
-/* AMX per-thread int32 sums of up to 512 rows x 32 columns (the task rows of the driver). */
-#define EMBER__AMX_ACC_BYTES ((size_t)512 * 32 * 4)
+/* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
+#define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)
 
 /* Compute rows [i0, i1) x columns [j0, j1) of the job (i0 % 32 == 0, j0 % 32 == 0) on pool
  * thread `thread`. */

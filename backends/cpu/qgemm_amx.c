@@ -108,13 +108,30 @@ static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb
     }
 }
 
-/* One K chunk, float output (the common case). For each 32-column panel of B the K extent is
- * walked in slices of KSLICE: a slice of the panel (KSLICE x 32 bytes, 16 KiB) stays in L1 while
- * every 32-row block of the task multiplies it, the int32 sums wait in acc (L2) between slices.
- * In the last slice, the f32 scaling of each block is spread over the K steps of the next block
- * (vector work while the tile unit multiplies), and the next panel of B is prefetched into L2. */
+/* One K chunk, float output (the common case), in the GotoBLAS order: the K extent is walked in
+ * slices of KSLICE; within a slice every 32-column panel of the task's B is taken in turn, and its
+ * slice (KSLICE x 32 bytes, 16 KiB) stays in L1 while every 32-row block of the task multiplies
+ * it; the task's A slice (rows x KSLICE) stays in L2 across the panels, and the int32 sums of all
+ * the task's blocks wait in per-thread scratch between slices. The next B slice is prefetched
+ * into L2 meanwhile. In the last slice the f32 scaling of each block is spread over the K steps
+ * of the next block of the same panel (vector work while the tile unit multiplies). */
 #define KSLICE 512
-#define MB_MAX ((int64_t)(EMBER__AMX_ACC_BYTES / (32 * 4)))
+
+/* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
+static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
+                         uint8_t *dst) {
+    const int64_t kp = p->kp;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *src = p->b + (j / 32) * (kp / 8) * 128;
+    for (int64_t r = kbeg / 8; r < kend / 8; r++)
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
+            _mm512_store_si512(dst + 2 * r * 128 + h * 64, _mm512_and_si512(v, m4));
+            _mm512_store_si512(dst + (2 * r + 1) * 128 + h * 64,
+                               _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+        }
+}
+
 static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             uint8_t *unp, int32_t (*acc)[32 * 32]) {
     const ember__qpack *p = jb->p;
@@ -122,38 +139,50 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     int32_t buf[2][32 * 32] __attribute__((aligned(64)));
     if (i1 > jb->m)
         i1 = jb->m;
-    const int64_t nip = (i1 - i0 + 31) / 32;
-    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b0;
-        if (p->bits == 8) {
-            b0 = p->b + (j / 32) * (kp / 4) * 128;
-        } else {
-            unpack_panel(p, j, unp);
-            b0 = unp;
-        }
-        const uint8_t *b1 = b0 + 64;
-        const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
-        const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
-        const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
-        const int pf = p->bits == 8 && j + 32 < j1 && j + 32 < p->n;
-        int cur = 0;
-        int64_t prev_i = -1, prev_rows = 0;
-        for (int64_t kb = 0; kb < nkb; kb++) {
-            const int64_t kbeg = kb * KSLICE, kend = kbeg + KSLICE < kp ? kbeg + KSLICE : kp;
-            const int64_t steps = (kend - kbeg) / 64;
-            const int last = kb == nkb - 1;
-            const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
-            const int64_t slice = pf ? ((kend - kbeg) * 32) / nip : 0, per_step = slice / steps;
+    if (j1 > p->n)
+        j1 = p->n;
+    const int64_t nip = (i1 - i0 + 31) / 32, njp = (j1 - j0 + 31) / 32;
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int64_t kbeg = kb * KSLICE, kend = kbeg + KSLICE < kp ? kbeg + KSLICE : kp;
+        const int64_t steps = (kend - kbeg) / 64;
+        const int last = kb == nkb - 1;
+        const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
+        for (int64_t jp = 0; jp < njp; jp++) {
+            const int64_t j = j0 + jp * 32;
+            const uint8_t *b0;
+            uint8_t *u = unp + (jp % 2) * 32 * kp; /* two panels: one in use, one prefetched */
+            if (p->bits == 8) {
+                b0 = p->b + (j / 32) * (kp / 4) * 128;
+            } else {
+                unpack_slice(p, j, kbeg, kend, u);
+                b0 = u;
+            }
+            const uint8_t *b1 = b0 + 64;
+            /* the B slice used next, prefetched into L2 a piece per K step of each row block */
+            const char *nx = NULL;
+            if (p->bits == 8) {
+                if (jp + 1 < njp)
+                    nx = (const char *)(p->b + ((j + 32) / 32) * (kp / 4) * 128 + kbeg * 32);
+                else if (!last)
+                    nx = (const char *)(p->b + (j0 / 32) * (kp / 4) * 128 + kend * 32);
+            }
+            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSLICE < kp ? KSLICE : kp - kend)) * 32 : 0;
+            const int64_t slice = nxbytes / nip, per_step = slice / steps;
+            const int64_t nv = p->n - j;
+            const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+            const __mmask16 k1m =
+                (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+            const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
+            const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
+            int cur = 0;
+            int64_t prev_i = -1, prev_rows = 0;
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
                 const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
                 const int8_t *a1 = a0 + 1024;
                 const int32_t *pb = buf[cur ^ 1];
-                int32_t *ac = acc[ii];
-                const char *pfb = (const char *)b0 + kp * 32 + kbeg * 32 + ii * slice;
+                int32_t *ac = acc[jp * nip + ii];
+                const char *pfb = nx ? nx + ii * slice : NULL;
                 if (kb == 0) {
                     _tile_zero(0);
                     _tile_zero(1);
@@ -194,9 +223,9 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                     cur ^= 1;
                 }
             }
+            if (prev_i >= 0)
+                epi_rows(jb, buf[cur ^ 1], prev_i, j, 0, prev_rows, s0, s1, k0m, k1m);
         }
-        if (prev_i >= 0)
-            epi_rows(jb, buf[cur ^ 1], prev_i, j, 0, prev_rows, s0, s1, k0m, k1m);
     }
 }
 
@@ -216,7 +245,9 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     tile_config(ks);
     if (i1 > jb->mp)
         i1 = jb->mp;
-    if (nch == 1 && jb->c && !p->sb16 && i1 - i0 <= MB_MAX) {
+    if (nch == 1 && jb->c && !p->sb16 &&
+        ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
+                (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES) {
         block_pipelined(jb, i0, i1, j0, j1, unp, acc);
         _tile_release();
         return;
