@@ -3,8 +3,9 @@
  *
  * Rows per shape (M x N x K) and thread count:
  *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
- *   ember_q8_first   a first call: B packed on every call (M <= 16: the unpacked kernel the
- *                    library runs on a first decode-sized call instead)
+ *   ember_q8_first   a first call: B packed on every call (M <= 128: the kernels the library
+ *                    runs on such a first call instead: unpacked for M <= 16, B packed slice by
+ *                    slice into scratch on AMX up to 128)
  *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
@@ -235,6 +236,9 @@ static void ember_first(ember_case *e) {
     /* as the library does: a decode-sized first call runs on B unpacked */
     if (e->m <= 16 && ember__qgemm_direct(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
                                           e->sb, e->C, NULL, e->n) == EMBER_OK)
+        return;
+    if (e->m <= 128 && ember__qgemm_raw(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
+                                        e->sb, e->C, e->n) == EMBER_OK)
         return;
     ember__qpack p;
     ember__qpack_b_plain(e->s, &p, e->k, e->n, e->n, 0, e->B, e->sb);

@@ -464,9 +464,12 @@ static ember__qblock_fn block_fn(ember__qtier t) {
 
 static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const float *sa, const ember__qpack *p, float *C,
-                              int32_t *C32, int64_t ldc) {
+                              int32_t *C32, int64_t ldc, const int8_t *braw, int64_t ldb) {
     if (m <= 0 || p->n <= 0)
         return EMBER_OK;
+    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || m <= 16 ||
+                 !C || p->nch != 1))
+        return EMBER_ERR_QUANT_UNSUPPORTED; /* raw B: the AMX slice packer only */
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
     /* Decode shapes are bound by reading B. One row: AVX-512 VNNI streams it at the bandwidth
@@ -490,7 +493,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
     const size_t per =
-        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
+        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 || braw ? (size_t)64 * (size_t)p->kp : 0) : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
@@ -512,7 +515,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch};
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb};
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {
@@ -549,12 +552,39 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
 ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                           int64_t lda, const float *sa, const ember__qpack *p, float *C,
                           int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc);
+    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc, NULL, 0);
 }
 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
+    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc, NULL, 0);
+}
+
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                              int64_t ldb, const float *sb, float *C, int64_t ldc) {
+    if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m <= 16)
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (n <= 0)
+        return EMBER_OK;
+    ember__qpack p;
+    memset(&p, 0, sizeof p);
+    p.k = k;
+    p.n = n;
+    p.kp = round_up(k > 0 ? k : 1, 64);
+    p.np = round_up(n, 32);
+    p.kc = p.kp;
+    p.nch = 1;
+    p.bits = 8;
+    p.bias = 128;
+    float *scales = ember__aligned_alloc((size_t)p.np * sizeof(float));
+    EMBER_FAIL_IF(!scales, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
+    for (int64_t j = 0; j < p.np; j++)
+        scales[j] = j < n ? (sb ? sb[j] : 1.0f) : 0.0f;
+    p.sb = scales;
+    ember_status st = qgemm_run(s, EMBER__QT_AMX, m, A, lda, sa, &p, C, NULL, ldc, B, ldb);
+    ember__aligned_free(scales);
+    return st;
 }
 
 /* ------------------------------------------------------------------ direct (unpacked) */

@@ -103,6 +103,14 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc);
 
+/* A first call with a few dozen rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
+ * int8 B row-major [k, n] (ldb) packed slice by slice into per-thread scratch as the tiles use it,
+ * nothing kept. sa [m], sb [n] (NULL: 1). EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) where the
+ * context's tier is not AMX: pack instead. */
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                              int64_t ldb, const float *sb, float *C, int64_t ldc);
+
 /* ---- between qgemm.c and the tier files ---- */
 typedef struct ember__qdirect {
     int64_t m, n, k;
@@ -129,7 +137,10 @@ typedef struct ember__qjob {
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
     uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
-                          for 4-bit B), 64-byte aligned */
+                          for 4-bit or raw B), 64-byte aligned */
+    const int8_t *braw; /* AMX first calls: int8 B row-major (ldb), packed slice by slice into
+                           the scratch instead of read from p->b (NULL otherwise) */
+    int64_t ldb;
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */

@@ -151,7 +151,16 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             const int64_t j = j0 + jp * 32;
             const uint8_t *b0;
             uint8_t *u = unp + (jp % 2) * 32 * kp; /* two panels: one in use, one prefetched */
-            if (p->bits == 8) {
+            if (jb->braw) { /* a first call: pack this slice of the panel here */
+                const int64_t nvc = p->n - j < 32 ? p->n - j : 32;
+                for (int64_t k0 = kbeg; k0 < kend; k0 += 4) {
+                    const int8_t *rp[4];
+                    for (int q = 0; q < 4; q++)
+                        rp[q] = k0 + q < p->k ? jb->braw + (k0 + q) * jb->ldb + j : NULL;
+                    ember__qpack8_avx512(rp, nvc, 32, u + k0 * 32, 0);
+                }
+                b0 = u;
+            } else if (p->bits == 8) {
                 b0 = p->b + (j / 32) * (kp / 4) * 128;
             } else {
                 unpack_slice(p, j, kbeg, kend, u);
@@ -160,7 +169,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             const uint8_t *b1 = b0 + 64;
             /* the B slice used next, prefetched into L2 a piece per K step of each row block */
             const char *nx = NULL;
-            if (p->bits == 8) {
+            if (p->bits == 8 && !jb->braw) {
                 if (jp + 1 < njp)
                     nx = (const char *)(p->b + ((j + 32) / 32) * (kp / 4) * 128 + kbeg * 32);
                 else if (!last)
@@ -240,14 +249,14 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     /* the driver's per-thread scratch: the int32 sums of the row blocks (MB_MAX x 32), then the
      * unpacked 4-bit panel (32 x kp) */
     int32_t(*acc)[32 * 32] = (int32_t(*)[32 * 32])(void *)jb->scratch[thread];
-    if (p->bits == 4)
+    if (p->bits == 4 || jb->braw)
         unp = jb->scratch[thread] + EMBER__AMX_ACC_BYTES;
     tile_config(ks);
     if (i1 > jb->mp)
         i1 = jb->mp;
-    if (nch == 1 && jb->c && !p->sb16 &&
+    if (jb->braw || (nch == 1 && jb->c && !p->sb16 &&
         ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
-                (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES) {
+                (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES)) {
         block_pipelined(jb, i0, i1, j0, j1, unp, acc);
         _tile_release();
         return;
