@@ -492,8 +492,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
-    const size_t per =
-        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 || braw ? (size_t)64 * (size_t)p->kp : 0) : 0;
+    /* AMX per thread: the int32 sums of a task, then 4-bit: two unpacked panels (2 x 32 x kp);
+     * raw B: one K slice of a task's 256 columns (256 x 512) */
+    const size_t per = amx ? EMBER__AMX_ACC_BYTES +
+                                 (p->bits == 4 ? (size_t)64 * (size_t)p->kp
+                                               : (braw ? (size_t)256 * 512 : 0))
+                           : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
@@ -524,6 +528,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         nb = round_up((p->np + want - 1) / want, 32);
         if (nb < 32)
             nb = 32;
+        if (amx && nb > 256) /* the AMX scratch holds tasks of up to 256 columns */
+            nb = 256;
     } else {
         /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
          * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */

@@ -147,26 +147,28 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         const int64_t steps = (kend - kbeg) / 64;
         const int last = kb == nkb - 1;
         const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
+        if (jb->braw) /* a first call: pack the task's slice of B (every panel) here */
+            for (int64_t k0 = kbeg; k0 < kend; k0 += 4) {
+                const int8_t *rp[4];
+                for (int q = 0; q < 4; q++)
+                    rp[q] = k0 + q < p->k ? jb->braw + (k0 + q) * jb->ldb + j0 : NULL;
+                ember__qpack8_avx512(rp, j1 - j0, njp * 32, unp + (k0 - kbeg) * 32,
+                                     (KSLICE / 4) * 128);
+            }
         for (int64_t jp = 0; jp < njp; jp++) {
             const int64_t j = j0 + jp * 32;
-            const uint8_t *b0;
-            uint8_t *u = unp + (jp % 2) * 32 * kp; /* two panels: one in use, one prefetched */
-            if (jb->braw) { /* a first call: pack this slice of the panel here */
-                const int64_t nvc = p->n - j < 32 ? p->n - j : 32;
-                for (int64_t k0 = kbeg; k0 < kend; k0 += 4) {
-                    const int8_t *rp[4];
-                    for (int q = 0; q < 4; q++)
-                        rp[q] = k0 + q < p->k ? jb->braw + (k0 + q) * jb->ldb + j : NULL;
-                    ember__qpack8_avx512(rp, nvc, 32, u + k0 * 32, 0);
-                }
-                b0 = u;
+            /* bs: this panel's slice, K step kbeg + x at bs + x * 32 */
+            const uint8_t *bs;
+            uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
+            if (jb->braw) {
+                bs = unp + jp * (KSLICE / 4) * 128;
             } else if (p->bits == 8) {
-                b0 = p->b + (j / 32) * (kp / 4) * 128;
+                bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
             } else {
                 unpack_slice(p, j, kbeg, kend, u);
-                b0 = u;
+                bs = u + kbeg * 32;
             }
-            const uint8_t *b1 = b0 + 64;
+            const uint8_t *bs1 = bs + 64;
             /* the B slice used next, prefetched into L2 a piece per K step of each row block */
             const char *nx = NULL;
             if (p->bits == 8 && !jb->braw) {
@@ -206,9 +208,9 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 for (int64_t st = 0; st < steps; st++) {
                     const int64_t k = kbeg + st * 64;
                     _tile_loadd(4, a0 + k * 32, 64);
-                    _tile_loadd(6, b0 + k * 32, 128);
+                    _tile_loadd(6, bs + st * 2048, 128);
                     _tile_dpbsud(0, 4, 6);
-                    _tile_loadd(7, b1 + k * 32, 128);
+                    _tile_loadd(7, bs1 + st * 2048, 128);
                     _tile_dpbsud(1, 4, 7);
                     _tile_loadd(5, a1 + k * 32, 64);
                     _tile_dpbsud(2, 5, 6);
