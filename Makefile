@@ -84,3 +84,8 @@ clean:
 # make examples: fetch the digits, build and run both examples (examples.mk)
 include examples.mk
 examples-build: configure
+
+# make fuzz / fuzz-opencl (fuzz.mk), make tsan (tsan.mk), make check-valgrind (valgrind.mk)
+include fuzz.mk
+include tsan.mk
+include valgrind.mk

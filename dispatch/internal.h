@@ -17,7 +17,11 @@
 #define EMBER__TENSOR_MAGIC 0x454d4254u  /* "EMBT" */
 #define EMBER__DEAD_MAGIC 0xdeadbeefu    /* written into a freed handle */
 
+/* Handles keep their magic past the first 16 bytes: once a block is freed, glibc's allocator
+ * writes its free-list links there, and a freed handle whose memory is still mapped should still
+ * read as "already freed" (EMBER__DEAD_MAGIC), not as a foreign pointer. */
 struct ember_context {
+    uint64_t allocator_reserved[2];
     uint32_t magic;
     ember_options opts;      /* resolved: environment applied, cpu_max_isa points into isa[] */
     char isa[32];
@@ -54,6 +58,7 @@ typedef struct ember__pack_cache {
 } ember__pack_cache;
 
 struct ember_tensor {
+    uint64_t allocator_reserved[2]; /* see struct ember_context */
     uint32_t magic;
     ember_context *ctx;
     ember_device device;

@@ -9,7 +9,9 @@
  * Prints the number of executions at the end, as libFuzzer does ("Done N runs"). A crash is the
  * harness trapping (or a sanitizer report), exactly as under libFuzzer; on a trap or a fault the
  * input is written to ./standalone-crash-input so that it can be replayed. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>

@@ -500,11 +500,56 @@ static void test_context_create(void) {
         walk("context_create (with OpenCL)", ctx, TU_CPU, 1, none, c_context);
 }
 
+/* The calls documented (or expected) to allocate nothing: with every allocation failing they
+ * still succeed, and the allocator sees no request. The check functions in particular are the
+ * op's guards "without doing any work or allocating" (API.md). */
+static void test_no_allocation(void) {
+    env e;
+    memset(&e, 0, sizeof e);
+    e.ctx = ctx;
+    e.dev = TU_CPU;
+    CU_ASSERT_FATAL(qmm_in(&e) == EMBER_OK); /* in[0] Q [2,8], in[1] Q [8,8], param 0 */
+    ember_tensor *x = NULL;
+    CU_ASSERT_FATAL(f32(&e, 2, 2, S23) == EMBER_OK);
+    x = e.in[2];
+    ember_qscheme s = scheme_of(2), back;
+    size_t n = 0;
+    ember_device_info info;
+    ember__alloc_fail_at(1); /* any allocation from here fails, and is counted */
+    CU_ASSERT_EQUAL(ember_check_q_matmul(e.in[0], e.in[1]), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_check_q_matmul(x, e.in[1]), EMBER_ERR_SHAPE_MISMATCH);
+    CU_ASSERT_EQUAL(ember_check_to_device(x, TU_CPU), EMBER_OK);
+    ember_status ck = ember_check_to_device(e.in[0], TU_CPU); /* compared with the op below */
+    CU_ASSERT_EQUAL(ember_qscheme_validate(&s), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_tensor_qscheme(e.in[0], &back), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_qtensor_scale_count(e.in[0], &n), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_tensor_set_autodiff(x, EMBER_AUTODIFF_BALANCED), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_tensor_autodiff(x), EMBER_AUTODIFF_BALANCED);
+    CU_ASSERT_EQUAL(ember_tensor_rank(x), 2);
+    CU_ASSERT_EQUAL(ember_tensor_dim(x, 1), 3);
+    CU_ASSERT_EQUAL(ember_tensor_numel(x), 6);
+    CU_ASSERT_EQUAL(ember_tensor_dtype(e.in[0]), EMBER_QFLOAT);
+    CU_ASSERT_PTR_EQUAL(ember_tensor_context(x), ctx);
+    CU_ASSERT(ember_device_count(ctx, EMBER_BACKEND_CPU) == 1);
+    CU_ASSERT_EQUAL(ember_device_describe(ctx, TU_CPU, &info), EMBER_OK);
+    CU_ASSERT_EQUAL(ember_tensor_from_data(NULL, TU_CPU, EMBER_F32, 2, S23, NULL, &e.out),
+                    EMBER_ERR_MISUSE);
+    CU_ASSERT(ember_last_error()[0] != '\0'); /* recording a failure allocates nothing */
+    CU_ASSERT(strcmp(ember_status_name(EMBER_ERR_DEVICE), "EMBER_ERR_DEVICE") == 0);
+    ember_clear_error();
+    CU_ASSERT_EQUAL(ember__alloc_count(), 0);
+    ember__alloc_fail_at(0);
+    e.out = NULL;
+    CU_ASSERT_EQUAL(ember_to_device(e.in[0], TU_CPU, &e.out), ck);
+    env_free(&e);
+}
+
 int main(void) {
     CU_TestInfo tests[] = {
         {"every call on the CPU", test_cpu},
         {"every call on OpenCL device 0", test_opencl},
         {"context_create", test_context_create},
+        {"calls that allocate nothing", test_no_allocation},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {

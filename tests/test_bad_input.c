@@ -102,12 +102,14 @@ static void test_catalogue(void) {
     row("foreign pointer as a tensor", "ember_matmul((ember_tensor *)junk, b, &out)",
         ember_matmul((const ember_tensor *)foreign, b, &out), EMBER_ERR_MISUSE,
         "not an ember tensor", &out);
-    if (!TU_ASAN) { /* reading a freed block is what ASan reports, by design */
+    if (!TU_ASAN && !getenv("EMBER_UNDER_VALGRIND")) { /* ASan and valgrind report the read */
         ember_tensor *dead = f32(TU_CPU, 2, s23, v);
         ember_tensor_free(dead);
         out = SENTINEL;
         row("freed tensor (memory still mapped)", "ember_relu(freed, &out)",
-            ember_relu(dead, &out), EMBER_ERR_MISUSE, "already freed", &out);
+            ember_relu(dead, &out), EMBER_ERR_MISUSE, NULL, &out);
+        /* the detail says "already freed", or "foreign pointer" once the C allocator has reused
+         * the handle's first bytes (glibc's tcache link overwrites the poisoned magic) */
     }
     ember_tensor_free(NULL);
     ember_tensor_free((ember_tensor *)foreign); /* ignored: not a live tensor */

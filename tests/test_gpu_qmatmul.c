@@ -8,7 +8,8 @@
  * with ember_q_matmul, and every output element (small shapes) or 4096 random elements (bench
  * shapes) must equal 0 + (sa * sb) * (float)acc bit for bit, acc the exact int32 sum of the stored
  * int8 values (the CPU backend's epilogue). When the CPU backend has the integer path too, the
- * whole output must also equal the CPU's, bit for bit. */
+ * whole output must also equal the CPU's, bit for bit. Per-row / per-column scales (two-level F16
+ * too) are checked the same way against the stored values and effective scales. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "dispatch/internal.h"
+#include "quant/quant_impl.h"
 #include "test_util.h"
 
 static ember_context *ctx;
@@ -69,17 +71,22 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
     }
     CU_ASSERT_EQUAL(bad, 0);
     if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul && m * n * k <= (int64_t)1 << 33) {
-        ember_tensor *ca = NULL, *cb = NULL, *co = NULL;
-        TU_OK(ember_to_device(qa, TU_CPU, &ca));
-        TU_OK(ember_to_device(qb, TU_CPU, &cb));
-        TU_OK(ember_q_matmul(ca, cb, &co));
+        /* the CPU backend from the same floats (quantization is bit-identical across backends) */
+        ember_tensor *ha = NULL, *hb = NULL, *hqa = NULL, *hqb = NULL, *ho = NULL;
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 3, ash, A, &ha));
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 3, bsh, B, &hb));
+        TU_OK(ember_quantize(ha, &qs, &hqa));
+        TU_OK(ember_quantize(hb, &qs, &hqb));
+        TU_OK(ember_q_matmul(hqa, hqb, &ho));
         float *P = malloc(no * 4);
-        TU_OK(ember_tensor_read(co, P, no * 4));
-        CU_ASSERT_EQUAL(memcmp(P, O, no * 4), 0);
+        if (ho && P) {
+            TU_OK(ember_tensor_read(ho, P, no * 4));
+            CU_ASSERT_EQUAL(memcmp(P, O, no * 4), 0);
+        }
         free(P);
-        ember_tensor_free(ca);
-        ember_tensor_free(cb);
-        ember_tensor_free(co);
+        ember_tensor *hs[] = {ha, hb, hqa, hqb, ho};
+        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+            ember_tensor_free(hs[i]);
     }
     free(ab);
     free(bb);
@@ -91,6 +98,91 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
     free(A);
     free(B);
     free(O);
+}
+
+/* Per-row lhs / per-column rhs scales (plain matrices): 0 + (sa[i / bm] * sb[j / bn]) * (float)acc
+ * from the stored values and effective scales, all elements (full) or 4096 sampled. */
+static void pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n, int64_t k,
+                    int64_t bm, int64_t bn, int full) {
+    size_t na = (size_t)(m * k), nb = (size_t)(k * n), no = (size_t)(m * n);
+    float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4);
+    int8_t *av = malloc(na), *bv = malloc(nb);
+    CU_ASSERT_FATAL(A && B && O && av && bv);
+    tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+    tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
+    for (int64_t j = 0; j < k && m > 1; j++) /* row 1 much smaller: its scale differs a lot */
+        A[k + j] *= 0.01f;
+    int64_t ash[2] = {m, k}, bsh[2] = {k, n};
+    ember_tensor *xa = NULL, *xb = NULL, *aq = NULL, *bq = NULL, *o = NULL;
+    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 2, ash, A, &xa));
+    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 2, bsh, B, &xb));
+    TU_OK(ember_quantize(xa, qa, &aq));
+    TU_OK(ember_quantize(xb, qb, &bq));
+    TU_OK(ember_q_matmul(aq, bq, &o));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    TU_OK(ember_tensor_read(o, O, no * 4));
+    float *sa = malloc((size_t)aq->q.nscales * 4), *sb = malloc((size_t)bq->q.nscales * 4);
+    TU_OK(ember_qtensor_values(aq, av, na));
+    TU_OK(ember_qtensor_values(bq, bv, nb));
+    TU_OK(ember__qtensor_effective_scales(aq, sa));
+    TU_OK(ember__qtensor_effective_scales(bq, sb));
+    long bad = 0, checked = (long)(full ? no : 4096);
+    for (long c = 0; c < checked; c++) {
+        size_t idx = full ? (size_t)c : (size_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand()) % no);
+        int64_t i = (int64_t)idx / n, j = (int64_t)idx % n;
+        int32_t acc = 0;
+        for (int64_t p = 0; p < k; p++)
+            acc += (int32_t)av[i * k + p] * (int32_t)bv[p * n + j];
+        volatile float f = sa[i / bm] * sb[j / bn];
+        volatile float term = f * (float)acc;
+        float want = 0.0f + term;
+        if (memcmp(&want, &O[idx], 4) != 0) {
+            if (bad < 3)
+                fprintf(stderr, "  %s per-channel %lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
+                        (long long)m, (long long)n, (long long)k, idx, O[idx], want);
+            bad++;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    ember_tensor *all[] = {xa, xb, aq, bq, o};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
+    free(sa);
+    free(sb);
+    free(av);
+    free(bv);
+    free(A);
+    free(B);
+    free(O);
+}
+
+static void test_per_channel(void) {
+    /* burn's block dims stop at 255, so a scale that spans all of K needs K <= 255 */
+    const int64_t K[3] = {200, 255, 255};
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    for (int c = 0; c < 3; c++) {
+        int64_t k = K[c];
+        int64_t row[2] = {1, k}, row2[2] = {2, k}, col[2] = {k, 1}, col4[2] = {k, 4};
+        ember_qscheme ar = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, row);
+        ember_qscheme ar2 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, row2);
+        ember_qscheme bc = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col);
+        ember_qscheme bc4 = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_PACKED_U32, 2, col4);
+        bc4.block_scale = EMBER_SCALE_F16;
+        bc4.tensor_level = 1; /* two-level: g * s_b */
+        if (c == 0) {
+            pc_case(&ar, &bc, 12, 40, k, 1, 1, 1);
+            pc_case(&pt, &bc, 1, 40, k, 1, 1, 1);
+            pc_case(&ar, &pt, 12, 40, k, 1, 40, 1);
+            pc_case(&ar2, &bc4, 12, 40, k, 2, 4, 1);
+        } else if (c == 1) {
+            pc_case(&ar, &bc, 130, 260, k, 1, 1, 1);
+            pc_case(&ar2, &bc4, 130, 260, k, 2, 4, 1);
+        } else {
+            pc_case(&ar, &bc, 512, 4096, k, 1, 1, 0);
+            pc_case(&pt, &bc, 16, 4096, k, 16, 1, 0);
+            pc_case(&pt, &bc, 1, 11008, k, 1, 1, 0);
+        }
+    }
 }
 
 static void test_edges(void) {
@@ -165,6 +257,7 @@ int main(void) {
         }
         ran++;
         CU_TestInfo tests[] = {{"edge shapes, exact", test_edges},
+                               {"per-row / per-column scales, exact", test_per_channel},
                                {"bench shapes, exact (sampled)", test_bench_shapes},
                                CU_TEST_INFO_NULL};
         char suite[64];

@@ -861,12 +861,9 @@ static void qmm_case(ember_qvalue va, ember_qstore sa_, ember_qvalue vb, ember_q
         ember_tensor_free(o);
     }
     CU_ASSERT_TRUE(bits_equal(Pc, R, no));
-    if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
-        CU_ASSERT_TRUE(bits_equal(Ph, R, no));
-    } else { /* the CPU backend has no integer path yet: dequantize + sgemm, float rounding */
-        for (size_t i = 0; i < no; i++)
-            CU_ASSERT_TRUE(fabsf(Ph[i] - R[i]) <= 1e-5f * (1.0f + fabsf(R[i])));
-    }
+    /* the CPU backend's integer path: per-tensor results bit-identical (issue 6) */
+    CU_ASSERT_PTR_NOT_NULL(ctx->be[EMBER_BACKEND_CPU].ops->q_matmul);
+    CU_ASSERT_TRUE(bits_equal(Ph, R, no));
     free(Pc);
     free(Ph);
     free(abytes);
@@ -934,8 +931,7 @@ static void qmm_pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_
         }
     CU_ASSERT_TRUE(bits_equal(O, R, no));
     CU_ASSERT_TRUE(bits_equal(P, R, no));
-    /* the CPU backend from the same floats: its integer path when it has one, else burn's
-     * dequantize + sgemm (float rounding) */
+    /* the CPU backend from the same floats, through its integer path: bit-identical */
     ember_tensor *ah = from_f32(TU_CPU, 2, ash, A), *bh = from_f32(TU_CPU, 2, bsh, B);
     ember_tensor *ahq = NULL, *bhq = NULL, *oh = NULL;
     TU_OK(ember_quantize(ah, qa, &ahq));
@@ -943,11 +939,7 @@ static void qmm_pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_
     TU_OK(ember_q_matmul(ahq, bhq, &oh));
     if (oh) {
         TU_OK(ember_tensor_read(oh, H, no * 4));
-        if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul) {
-            CU_ASSERT_TRUE(bits_equal(H, R, no));
-        } else {
-            CU_ASSERT_TRUE(close_to(H, R, no, 1e-5f));
-        }
+        CU_ASSERT_TRUE(bits_equal(H, R, no));
     }
     ember_tensor *all[] = {at, bt, aq, bq, o, ot, ah, bh, ahq, bhq, oh};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -494,6 +494,100 @@ static void test_no_platform(void) {
     CU_ASSERT_EQUAL(WEXITSTATUS(status), 0); /* context created, 0 OpenCL devices */
 }
 
+/* Two OpenCL devices (PoCL started with POCL_DEVICES="pthread pthread", in a child process):
+ * transfers opencl:0 -> opencl:1 -> cpu keep every bit, ops across the two devices are refused
+ * with DEVICE_MISMATCH, a quantized tensor does not move (QUANT_TRANSFER, source intact), and each
+ * device computes on its own. Skipped (passes) where the platform is not PoCL. */
+static void test_two_devices(void) {
+    ember_context *c = ctx_with(NULL, NULL, NULL, NULL);
+    int pocl = strstr(cls_of(c)->dev[0].platform_name, "Portable") != NULL;
+    ember_context_destroy(c);
+    if (!pocl)
+        return;
+    pid_t pid = fork();
+    CU_ASSERT_TRUE_FATAL(pid >= 0);
+    if (pid == 0) {
+        setenv("POCL_DEVICES", "pthread pthread", 1);
+        execl("/proc/self/exe", "test_opencl_build", "--probe-two", (char *)NULL);
+        _exit(99);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CU_ASSERT_TRUE(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fprintf(stderr, "  two-device probe failed at step %d\n", WEXITSTATUS(status));
+    CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+}
+
+/* The child of test_two_devices: 0 when every step holds, else the failing step's number. */
+static int probe_two(void) {
+    ember_context *c = NULL;
+    if (ember_context_create(NULL, &c) != EMBER_OK)
+        return 1;
+    int step = 0;
+    const ember_device d0 = {EMBER_BACKEND_OPENCL, 0}, d1 = {EMBER_BACKEND_OPENCL, 1};
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    float x[64], y[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)i * 0.37f - 7.0f;
+    int64_t sh[2] = {8, 8};
+    ember_tensor *a = NULL, *b = NULL, *h = NULL, *m = NULL, *q = NULL, *qm = NULL, *o1 = NULL;
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    if (ember_device_count(c, EMBER_BACKEND_OPENCL) != 2) {
+        step = 2;
+        goto out;
+    }
+    if (ember_tensor_from_data(c, d0, EMBER_F32, 2, sh, x, &a) != EMBER_OK ||
+        ember_to_device(a, d1, &b) != EMBER_OK || ember_tensor_device(b).index != 1 ||
+        ember_to_device(b, cpu, &h) != EMBER_OK || ember_tensor_read(h, y, sizeof y) != EMBER_OK ||
+        memcmp(x, y, sizeof x) != 0) {
+        step = 3;
+        goto out;
+    }
+    if (ember_matmul(a, b, &m) != EMBER_ERR_DEVICE_MISMATCH || m != NULL ||
+        !strstr(ember_last_error(), "opencl:1")) {
+        step = 4;
+        goto out;
+    }
+    if (ember_quantize(a, &q8, &q) != EMBER_OK ||
+        ember_to_device(q, d1, &qm) != EMBER_ERR_QUANT_TRANSFER || qm != NULL) {
+        step = 5;
+        goto out;
+    }
+    { /* the source is intact and still dequantizes on its producer */
+        ember_tensor *dq = NULL;
+        int ok = ember_dequantize(q, &dq) == EMBER_OK && ember_tensor_device(dq).index == 0;
+        ember_tensor_free(dq);
+        if (!ok) {
+            step = 6;
+            goto out;
+        }
+    }
+    if (ember_matmul(b, b, &o1) != EMBER_OK || ember_tensor_device(o1).index != 1 ||
+        ember_tensor_read(o1, y, sizeof y) != EMBER_OK) {
+        step = 7;
+        goto out;
+    }
+    for (int i = 0; i < 8 && !step; i++)
+        for (int j = 0; j < 8; j++) {
+            double r = 0;
+            for (int k = 0; k < 8; k++)
+                r += (double)x[i * 8 + k] * (double)x[k * 8 + j];
+            if (fabs(y[i * 8 + j] - r) > 1e-4 * (1 + fabs(r)))
+                step = 8;
+        }
+out:
+    ember_tensor_free(a);
+    ember_tensor_free(b);
+    ember_tensor_free(h);
+    ember_tensor_free(m);
+    ember_tensor_free(q);
+    ember_tensor_free(qm);
+    ember_tensor_free(o1);
+    ember_context_destroy(c);
+    return step;
+}
+
 /* The child of test_no_platform: exit 0 when a context is created and has no OpenCL device. */
 static int probe_count(void) {
     ember_context *c = NULL;
@@ -515,6 +609,8 @@ static int suite_init(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--probe-count") == 0)
         return probe_count();
+    if (argc > 1 && strcmp(argv[1], "--probe-two") == 0)
+        return probe_two();
     ember_context *probe = NULL;
     if (ember_context_create(NULL, &probe) != EMBER_OK) {
         fprintf(stderr, "context_create: %s\n", ember_last_error());
@@ -528,6 +624,7 @@ int main(int argc, char **argv) {
     }
     CU_TestInfo tests[] = {{"selection by EMBER_OPENCL_PLATFORM / _DEVICE", test_selection},
                            {"no platform: 0 devices, not an error", test_no_platform},
+                           {"two devices: transfers and guards", test_two_devices},
                            {"int8 path and EMBER_OPENCL_KERNEL", test_int8_path},
                            {"CL error names in the detail", test_error_names},
                            {"kernel build failure", test_build_failure},

@@ -18,12 +18,13 @@
  *   - the output is NULL (no half-built tensor), ember's live-block count and the live CL objects
  *     are back to where they were, the inputs are untouched;
  *   - the context still works (an add on the device gives the right numbers).
- * Program builds are walked on fresh contexts (programs are cached per context); the rest on a
- * warm one. Without -Wl,--wrap (EMBER_CL_WRAP undefined) or without an OpenCL device the test
+ * Program creation and build are walked on fresh contexts (programs are cached per context),
+ * failing only those calls; everything else on a warm context. Without -Wl,--wrap (EMBER_CL_WRAP undefined) or without an OpenCL device the test
  * is skipped (exit 77). Prints the number of faults injected. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dispatch/internal.h"
 #include "test_util.h"
@@ -44,9 +45,14 @@ static void arm(long n) {
     failed = NULL;
 }
 
+static int programs_only; /* count (and fail) only program creation and build calls */
+
 /* 1 when this call must fail. */
 static int fault(const char *name) {
     if (fault_at <= 0)
+        return 0;
+    if (programs_only && strncmp(name, "clCreateProgram", 15) != 0 &&
+        strcmp(name, "clBuildProgram") != 0)
         return 0;
     if (++fault_calls == fault_at) {
         fault_at = 0;
@@ -353,13 +359,24 @@ static void walk(const char *name, int param, int fresh, setup_fn setup, call_fn
     }
     env_free(&e);
     walks++;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     for (long n = 1; n < 300; n++) {
         long live = ember__alloc_live(), mem = live_mem, prog = live_prog, kern = live_kernel;
         e.ctx = ctx;
         if (fresh) {
             ember_options o = ember_options_default();
             o.num_threads = 2;
+            /* fresh == 2: without ember's on-disk program cache, so programs build from source */
+            char *cache = getenv("EMBER_OPENCL_CACHE_DIR");
+            char saved[512] = "";
+            if (cache)
+                snprintf(saved, sizeof saved, "%s", cache);
+            if (fresh == 2)
+                unsetenv("EMBER_OPENCL_CACHE_DIR");
             CU_ASSERT_FATAL(ember_context_create(&o, &e.ctx) == EMBER_OK);
+            if (fresh == 2 && cache)
+                setenv("EMBER_OPENCL_CACHE_DIR", saved, 1);
             CU_ASSERT_FATAL(ember_device_count(e.ctx, EMBER_BACKEND_OPENCL) > 0);
         }
         CU_ASSERT_EQUAL_FATAL(setup(&e), EMBER_OK);
@@ -396,6 +413,11 @@ static void walk(const char *name, int param, int fresh, setup_fn setup, call_fn
             injected += n - 1;
             CU_ASSERT_EQUAL(ember__alloc_live(), live);
             CU_ASSERT_EQUAL(live_mem, mem);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            if (getenv("EMBER_FAULTS_VERBOSE"))
+                fprintf(stderr, "%-45s param %2d: %3ld faults, %6.0f ms\n", name, param, n - 1,
+                        1e3 * (double)(t1.tv_sec - t0.tv_sec) +
+                            1e-6 * (double)(t1.tv_nsec - t0.tv_nsec));
             return;
         }
         ember_status want = expected_for(fn);
@@ -557,9 +579,16 @@ static void test_faults(void) {
 
 /* Program creation and build fail inside the op that needs the program first. */
 static void test_build_faults(void) {
+    /* only the program calls fail here: the rest of each op is walked on the warm context */
+    programs_only = 1;
     walk("matmul on a fresh context", 0, 1, a23_b34, c_matmul);
     walk("quantize on a fresh context", 0, 1, x48, c_quantize);
     walk("q_matmul on a fresh context", 0, 1, qmm_in, c_q_matmul);
+    walk("q_matmul (F,Q) on a fresh context", 1, 1, qmm_in, c_q_matmul);
+    /* without the binary cache: every program from source, so a failed build is KERNEL_BUILD */
+    walk("matmul, fresh context, no binary cache", 0, 2, a23_b34, c_matmul);
+    walk("q_matmul, fresh context, no binary cache", 0, 2, qmm_in, c_q_matmul);
+    programs_only = 0;
 }
 
 static void test_context_faults(void) { walk("context_create", 99, 0, none, c_context); }

@@ -441,12 +441,15 @@ static void test_free_and_misuse(void) {
     ember_tensor_free(t);
     CU_ASSERT_EQUAL(ember__alloc_live(), live - 2); /* handle and buffer */
 #if !TU_ASAN
-    /* a freed handle still readable: MISUSE, and a second free is ignored */
-    float dst[2];
-    ember_status st = ember_tensor_read(t, dst, sizeof dst);
-    CU_ASSERT(st == EMBER_ERR_MISUSE);
-    ember_tensor_free(t);
-    CU_ASSERT_EQUAL(ember__alloc_live(), live - 2);
+    /* a freed handle still readable: MISUSE, and a second free is ignored (not under valgrind,
+     * which reports that read as it should: valgrind.mk sets EMBER_UNDER_VALGRIND) */
+    if (!getenv("EMBER_UNDER_VALGRIND")) {
+        float dst[2];
+        ember_status st = ember_tensor_read(t, dst, sizeof dst);
+        CU_ASSERT(st == EMBER_ERR_MISUSE);
+        ember_tensor_free(t);
+        CU_ASSERT_EQUAL(ember__alloc_live(), live - 2);
+    }
 #endif
 
     /* accessors on bad handles: documented defaults, MISUSE in the detail */

@@ -207,7 +207,7 @@ typedef struct ember__cl_qpath {
  * available everywhere); NULL past the end. A tensor-core path plugs in by defining one of
  *   const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90", ...};
  *   const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ...};
- * in its own backends/opencl/ file (weak references in cl_qmatmul.c: no table to edit). */
+ * in its own backends/opencl/ file (cl_qmatmul_mma.c; cl_qmatmul.c references both). */
 const ember__cl_qpath *ember__cl_qpath_at(size_t i);
 /* Pick dev's path: `forced` ("" = best available) by name, else the best available. Sets
  * d->qpath and d->int8_path. */

@@ -10,9 +10,8 @@
  * back to dequantize + gemm_f32 on this same device.
  *
  * Paths, best first: "wgmma", "mma" (NVIDIA tensor cores: kernels qgemm_mma*.cl / ptx/, with
- * their C side in a file of their own that defines `const ember__cl_qpath ember__cl_qpath_wgmma`
- * / `ember__cl_qpath_mma`; they are weak references here, so a build without that file simply
- * has no such path), "dot4", "generic". A path is {name, label, available(device), run(args)};
+ * their C side in a file of their own, cl_qmatmul_mma.c, that defines `const ember__cl_qpath
+ * ember__cl_qpath_wgmma` / `ember__cl_qpath_mma`), "dot4", "generic". A path is {name, label, available(device), run(args)};
  * available() says whether this device can run it (e.g. an NVIDIA device of the right compute
  * capability). run() gets int8 operands as cl_mems with byte offsets and byte row strides, and
  * the epilogue factor as a one-float device buffer. A path whose program fails to build on a
@@ -85,16 +84,18 @@ static ember_status run_dot4(ember__cl_state *s, int dev, const ember__cl_qgemm_
 static const ember__cl_qpath path_dot4 = {"dot4", "opencl.dot4", has_dot4, run_dot4, 1};
 static const ember__cl_qpath path_generic = {"generic", "opencl.generic", always, run_generic, 1};
 
-/* The tensor-core paths, defined (when built) in their own file; absent, they are NULL. */
-extern const ember__cl_qpath ember__cl_qpath_wgmma __attribute__((weak));
-extern const ember__cl_qpath ember__cl_qpath_mma __attribute__((weak));
+/* The tensor-core paths, defined in their own file (cl_qmatmul_mma.c, always built with this
+ * backend). Strong references: a weak undefined reference does not pull an archive member, so
+ * with the static library (the tests, any static user) the paths were silently missing. */
+extern const ember__cl_qpath ember__cl_qpath_wgmma;
+extern const ember__cl_qpath ember__cl_qpath_mma;
 
 const ember__cl_qpath *ember__cl_qpath_at(size_t i) {
     const ember__cl_qpath *const all[] = {&ember__cl_qpath_wgmma, &ember__cl_qpath_mma, &path_dot4,
                                           &path_generic};
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) {
         if (!all[j])
-            continue; /* a weak path not built in */
+            continue;
         if (i-- == 0)
             return all[j];
     }

@@ -8,8 +8,8 @@
  * One call, per batch entry i: qgemm_prep_a copies A_i (any offset, stride or transposition) into
  * a 16-byte-aligned [m][round16(k)] temporary; qgemm_pack_b_mma / qgemm_pack_b_wgmma packs B_i into
  * the kernel's tile order (cl_pack_mma.h documents both layouts; the same layout the host packers
- * write); the GEMM kernel then writes out_i = 0 + scale[0] * (float)acc directly (mode 2 with a
- * per-tensor scale, the CPU backend's epilogue). M <= 16 runs the skinny mma kernel on both paths
+ * write); the GEMM kernel then writes out_i = 0 + f * (float)acc directly (mode 2; f = scale[0]
+ * per-tensor, or sa[r / a_group] * sb[c / b_group] per row / column: the CPU backend's epilogue). M <= 16 runs the skinny mma kernel on both paths
  * (the weight-streaming case). Shapes past 2^30 in any dimension go to the generic path.
  * Not done yet: caching the packed B across calls (ember__pack_cache); today B is packed per call,
  * one extra read + write of the weights (measured in bench/results/gpu.md as a separate line). */
@@ -52,7 +52,8 @@ static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
             src = *e->src;
             len = *e->len;
         }
-    EMBER_FAIL_IF(!src, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: the wgmma PTX module is not embedded");
+    /* KERNEL_BUILD: the backend then demotes this device to the generic path */
+    EMBER_FAIL_IF(!src, EMBER_ERR_KERNEL_BUILD, "q_matmul: the wgmma PTX module is not embedded");
     ember__cl_device *d = &s->dev[dev];
     pthread_mutex_lock(&d->lock);
     for (ember__cl_program *p = d->programs; p; p = p->next) {
@@ -129,8 +130,12 @@ static ember_status run_fallback(ember__cl_state *s, int dev, const ember__cl_qg
 
 static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, int wgmma) {
     const int64_t lim = (int64_t)1 << 30;
-    if (q->m > lim || q->n > lim || q->k > lim || q->m * q->n > INT64_MAX / 8)
+    if (q->m > lim || q->n > lim || q->k > lim || q->m * q->n > INT64_MAX / 8 ||
+        (q->sa && (q->a_group > lim || q->b_group > lim)))
         return run_fallback(s, dev, q);
+    /* the epilogue factor: per-tensor scale[0] (times 1.0f), or per-row / per-column groups */
+    const int pc = q->sa != NULL;
+    cl_int ag = pc ? (cl_int)q->a_group : 0, bg = pc ? (cl_int)q->b_group : 0;
     int m = (int)q->m, n = (int)q->n, k = (int)q->k;
     int skinny = m <= 16;
     int use_wg = wgmma && !skinny;
@@ -150,7 +155,9 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
     const int nkb = (k + 63) / 64;
     int splits = 1;
-    while (use_wg && tiles * (size_t)splits * 2 <= 264 && splits * 2 <= 4 && splits * 2 * 8 <= nkb)
+    /* the largest power of two with tiles * splits <= 264, splits <= 8, >= 8 k64 blocks a split:
+     * measured best at 128 x 4096 x 4096 (8), 512 x 4096 x 4096 and 128 x 11008 x 4096 (2) */
+    while (use_wg && tiles * (size_t)splits * 2 <= 264 && splits * 2 <= 8 && splits * 2 * 8 <= nkb)
         splits *= 2;
     if (st == EMBER_OK && splits > 1) {
         st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 128 * 128 * 4, NULL, &ws);
@@ -162,11 +169,12 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
             st = ember__cl_temp(s, dev, "q_matmul", tiles * sizeof(int), zeros, &cnt);
         ember__free(zeros);
     }
-    if (st == EMBER_OK && !ws) { /* unused by a one-split launch, but a buffer must be passed */
+    /* unused by a one-split launch, but a buffer must be passed: `ones` stands in (not released
+     * twice: the workspace and counters are released only when they are their own buffers) */
+    const int ws_own = ws != NULL;
+    if (st == EMBER_OK && !ws) {
         ws = ones;
         cnt = ones;
-        clRetainMemObject(ones);
-        clRetainMemObject(ones);
     }
     char opts[160];
     if (skinny)
@@ -210,15 +218,16 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         if (st != EMBER_OK)
             break;
         /* the GEMM: mode 2 (float out), per-tensor scale[0] * 1.0f */
-        cl_int ldc = N, kps = use_wg ? (nkb + splits - 1) / splits : nkb, mode = 2, zero = 0;
+        cl_int ldc = N, kps = use_wg ? (nkb + splits - 1) / splits : nkb, mode = 2;
+        cl_mem fa = pc ? q->sa : q->scale, fb = pc ? q->sb : ones;
         if (use_wg) {
             cl_int swap = 0;
             cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
-                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
-                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
+                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
+                EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
                 EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws), EMBER_CL_ARG(cnt)};
             const size_t local[2] = {256, 1}, global[2] = {tiles * 256, (size_t)splits};
             st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 19, args, global, local);
@@ -226,8 +235,8 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
-                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(q->scale), EMBER_CL_ARG(zero),
-                EMBER_CL_ARG(ones), EMBER_CL_ARG(zero), EMBER_CL_ARG(c_off)};
+                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
+                EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(c_off)};
             size_t local[2], global[2] = {0, 1};
             if (skinny) {
                 local[0] = 256;
@@ -248,9 +257,9 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         clReleaseMemObject(bp);
     if (ones)
         clReleaseMemObject(ones);
-    if (ws)
+    if (ws_own && ws)
         clReleaseMemObject(ws);
-    if (cnt)
+    if (ws_own && cnt)
         clReleaseMemObject(cnt);
     return st;
 }
@@ -263,9 +272,9 @@ ember_status ember__cl_run_wgmma(ember__cl_state *s, int dev, const ember__cl_qg
     return run_tc(s, dev, q, 1);
 }
 
-/* The two paths, plugged into cl_qmatmul.c's list through its weak references. They take the
- * per-tensor epilogue only: per-row / per-column scales go to the generic path (per_channel 0). */
+/* The two paths, plugged into cl_qmatmul.c's list through its weak references. Both honour
+ * per-row / per-column scales (per_channel 1): f = sa[r / a_group] * sb[c / b_group]. */
 const ember__cl_qpath ember__cl_qpath_wgmma = {"wgmma", "opencl.wgmma_sm90a", ember__cl_has_wgmma,
-                                               ember__cl_run_wgmma, 0};
+                                               ember__cl_run_wgmma, 1};
 const ember__cl_qpath ember__cl_qpath_mma = {"mma", "opencl.mma_sm80", ember__cl_has_mma,
-                                             ember__cl_run_mma, 0};
+                                             ember__cl_run_mma, 1};

@@ -222,7 +222,7 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     cl_event ev;
     cl_int err = clEnqueueNDRangeKernel(q, k, 2, NULL, gs, ls, 0, NULL, &ev);
     if (err != CL_SUCCESS) { printf("enqueue failed %d (gs %zu x %zu, ls %zu)\n", err, gs[0], gs[1], ls[0]); return err; }
-    if (L->splits <= 1) {
+    if (L->splits <= 1 || L->kind == V_WGMMA) { /* no fill command in front of this launch */
         if (e0) { *e0 = ev; clRetainEvent(ev); }
     }
     if (e1) *e1 = ev;

@@ -24,9 +24,10 @@
  * Epilogue (`mode`):
  *   0  C[m][n]  = acc                       (int32 store; split-K must be 1)
  *   1  C[m][n] += acc                       (int32 atomic add; C zeroed first; any split-K)
- *   2  C[m][n]  = 0.0f + (sa[m * sa_stride] * sb[n * sb_stride]) * (float)acc   (the CPU backend's
- *      epilogue, qgemm.cl's too: the 0.0f + turns an underflowed -0 into +0)
- *      sa_stride / sb_stride 0: per-tensor scale, 1: per-row of A / per-column of B. (split-K 1)
+ *   2  C[m][n]  = 0.0f + (sa[m / sa_group] * sb[n / sb_group]) * (float)acc   (the CPU backend's
+ *      epilogue, qgemm.cl's too: the 0.0f + turns an underflowed -0 into +0). The arguments named
+ *      sa_stride / sb_stride are these groups: rows (columns) sharing one scale; 0 = per-tensor
+ *      (index 0), 1 = per-row of A / per-column of B. (split-K 1)
  *   Per-block-along-K scales are not fused: run split-K aligned to the quant block with mode 1 per
  *   block is wrong for floats, so the backend leaves that scheme to the dequantize fallback.
  *   The integer sum is exact in every mode and independent of the launch shape.
@@ -146,9 +147,10 @@ static inline void epi_store(int mode, __global int *C, __global float *Cf, int 
         if (n < N && v0) ATOMIC_ADD(C + (size_t)m * ldc + n, v0);
         if (n + 1 < N && v1) ATOMIC_ADD(C + (size_t)m * ldc + n + 1, v1);
     } else {
-        float s = sa[(size_t)m * sa_stride];
-        if (n < N) Cf[(size_t)m * ldc + n] = 0.0f + (s * sb[(size_t)n * sb_stride]) * (float)v0;
-        if (n + 1 < N) Cf[(size_t)m * ldc + n + 1] = 0.0f + (s * sb[(size_t)(n + 1) * sb_stride]) * (float)v1;
+        float s = sa[sa_stride ? m / sa_stride : 0];
+        if (n < N) Cf[(size_t)m * ldc + n] = 0.0f + (s * sb[sb_stride ? n / sb_stride : 0]) * (float)v0;
+        if (n + 1 < N)
+            Cf[(size_t)m * ldc + n + 1] = 0.0f + (s * sb[sb_stride ? (n + 1) / sb_stride : 0]) * (float)v1;
     }
 }
 

@@ -327,12 +327,13 @@ __kernel void q_quantize(__global const float *x, __global uchar *qv, __global c
     vstore8(shape8, 0, shape);
     vstore8(block8, 0, block);
     vstore8(grid8, 0, grid);
-    const long r = u / U, cu = u % U;
+    /* Native (per 1): unit u is element u, no line arithmetic */
+    const long r = per == 1 ? 0 : u / U, cu = per == 1 ? u : u % U;
     const uint mask = bits == 32 ? 0xffffffffu : ((1u << bits) - 1u);
     uint word = 0;
     for (int j = 0; j < per; j++) {
         const long c = cu * per + j;
-        if (c >= L)
+        if (per != 1 && c >= L)
             break;
         const long i = r * L + c;
         const float s = eff[block_index(i, bmode, rank, shape, block, grid)];
@@ -369,9 +370,13 @@ __kernel void q_dequantize(__global const uchar *q, __global float *out, const l
     vstore8(shape8, 0, shape);
     vstore8(block8, 0, block);
     vstore8(grid8, 0, grid);
-    const long r = i / L, c = i % L;
-    const long u = r * U + c / per;
-    const int j = (int)(c % per);
+    long u = i; /* Native (per 1): unit i is element i, no line arithmetic */
+    int j = 0;
+    if (per != 1) {
+        const long r = i / L, c = i % L;
+        u = r * U + c / per;
+        j = (int)(c % per);
+    }
     const uint word = unit_bytes == 4 ? ((__global const uint *)q)[u] : (uint)q[u];
     const uint field = (word >> (j * bits)) & (bits == 32 ? 0xffffffffu : ((1u << bits) - 1u));
     float v;

@@ -26,7 +26,8 @@
  *   counter in `counters`, tiles ints, zero before the first launch, left zero by every launch) sums
  *   them and runs the epilogue.
  *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales
- *   (0.0f + (sa * sb) * (float)acc, the CPU backend's). Last arguments c_off_lo, c_off_hi: the 64-bit
+ *   (0.0f + (sa[m / sas] * sb[n / sbs]) * (float)acc, the CPU backend's; sas / sbs = rows / columns
+ *   sharing a scale, 0 = per-tensor). Last arguments c_off_lo, c_off_hi: the 64-bit
  *   element offset added to C, as two 32-bit halves (every 64-bit parameter of this module is a buffer
  *   pointer: build.sh marks all of them `.ptr .global` for NVIDIA's OpenCL).
  *   desc_swap: 0 = LBO is the K-direction core-matrix stride (PTX ISA); 1 = swapped (diagnostic).
@@ -110,10 +111,12 @@ __device__ __forceinline__ void epi_store(int mode, int *C, int ldc, int M, int 
         if (n + 1 < N && v1) atomicAdd(p + 1, v1);
     } else {
         float *Cf = (float *)C;
-        float s = sa[(size_t)m * sas];
-        if (n < N) Cf[(size_t)m * ldc + n] = __fadd_rn(0.0f, __fmul_rn(s * sb[(size_t)n * sbs], (float)v0));
+        /* sas / sbs: rows (columns) sharing one scale, 0 = per-tensor */
+        float s = sa[sas ? m / sas : 0];
+        if (n < N) Cf[(size_t)m * ldc + n] = __fadd_rn(0.0f, __fmul_rn(__fmul_rn(s, sb[sbs ? n / sbs : 0]), (float)v0));
         if (n + 1 < N)
-            Cf[(size_t)m * ldc + n + 1] = __fadd_rn(0.0f, __fmul_rn(s * sb[(size_t)(n + 1) * sbs], (float)v1));
+            Cf[(size_t)m * ldc + n + 1] =
+                __fadd_rn(0.0f, __fmul_rn(__fmul_rn(s, sb[sbs ? (n + 1) / sbs : 0]), (float)v1));
     }
 }
 
