@@ -209,7 +209,7 @@ typedef struct ember_case {
     ember__qtier tier;
     int64_t m, n, k;
     const int8_t *A, *B, *B4;
-    const float *sa, *sb, *sb4;
+    const float *sa, *sb, *sb4, *sa4; /* sa4: A's scale per row and K block of 32 ([m][k/32]) */
     float *C;
     ember__qpack p8, p4;
 } ember_case;
@@ -219,7 +219,7 @@ static void ember_cached(ember_case *e) {
 }
 
 static void ember_q4(ember_case *e) {
-    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &e->p4, e->C, e->n);
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa4, &e->p4, e->C, e->n);
 }
 
 typedef struct s8_src {
@@ -379,6 +379,7 @@ int main(int argc, char **argv) {
             int8_t *A = ember__aligned_alloc((size_t)(m * k)), *B = ember__aligned_alloc((size_t)(k * n));
             int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
             float *sa = malloc((size_t)m * 4), *sb = malloc((size_t)n * 4);
+            float *sa4 = malloc((size_t)(m * (k / 32)) * 4);
             float *sb4 = malloc((size_t)(n * (k / 32)) * 4);
             float *C = ember__aligned_alloc((size_t)(m * n) * 4);
             int32_t *C32 = ember__aligned_alloc((size_t)(m * n) * 4);
@@ -397,11 +398,13 @@ int main(int argc, char **argv) {
             }
             for (int64_t i = 0; i < m; i++)
                 sa[i] = 0.01f;
+            for (int64_t i = 0; i < m * (k / 32); i++)
+                sa4[i] = 0.01f;
             for (int64_t j = 0; j < n; j++)
                 sb[j] = 0.02f;
             for (int64_t j = 0; j < n * (k / 32); j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
-            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, C, {0}, {0}};
+            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}};
             s8_src s4 = {B4, n};
             ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
@@ -484,6 +487,7 @@ int main(int argc, char **argv) {
             ember__aligned_free(Af);
             ember__aligned_free(Bf);
             free(sa);
+            free(sa4);
             free(sb);
             free(sb4);
         }
