@@ -258,9 +258,9 @@ static void test_raw(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    static const int64_t ms[] = {17, 40, 128}, ns[] = {1, 33, 100, 4500}, ks[] = {1, 65, 600};
+    static const int64_t ms[] = {2, 17, 40, 128}, ns[] = {1, 33, 100, 4500}, ks[] = {1, 65, 600};
     int ran = 0;
-    for (size_t a = 0; a < 3; a++)
+    for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 4; b++)
             for (size_t c = 0; c < 3; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 1, ldb = n + 3;
@@ -294,8 +294,8 @@ static void test_raw(void) {
             }
     if (!ran)
         printf("\n  raw AMX kernel: no AMX here, skipped");
-    CU_ASSERT_EQUAL(ember__qgemm_raw(s, 16, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),
-                    EMBER_ERR_QUANT_UNSUPPORTED); /* decode sizes go to the direct kernel */
+    CU_ASSERT_EQUAL(ember__qgemm_raw(s, 1, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),
+                    EMBER_ERR_QUANT_UNSUPPORTED); /* one row goes to the direct kernel */
     ember_context_destroy(ctx);
 }
 
@@ -445,11 +445,10 @@ static void test_first_call_policy(void) {
         ember_tensor *w = mk_q(ctx, &s, 2, (int64_t[]){96, 70});
         int64_t cells;
         double *ref = reference(x, w, &cells);
-        int unpacked_first =
-            rows[r] <= 16 ? ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL,
-                                                NULL, 0) == EMBER_OK
-            : rows[r] <= 128 ? ember__cpu_tier(cs) == EMBER__QT_AMX
-                             : 0;
+        const int direct = ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL,
+                                               NULL, 0) == EMBER_OK;
+        const int amx = ember__cpu_tier(cs) == EMBER__QT_AMX;
+        int unpacked_first = rows[r] <= 16 ? (amx || direct) : rows[r] <= 128 ? amx : 0;
         for (int call = 0; call < 3; call++) {
             ember_tensor *y = NULL;
             TU_OK(ember_q_matmul(x, w, &y));

@@ -467,8 +467,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                               int32_t *C32, int64_t ldc, const int8_t *braw, int64_t ldb) {
     if (m <= 0 || p->n <= 0)
         return EMBER_OK;
-    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || m <= 16 ||
-                 !C || p->nch != 1))
+    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || !C ||
+                 p->nch != 1))
         return EMBER_ERR_QUANT_UNSUPPORTED; /* raw B: the AMX slice packer only */
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
@@ -476,7 +476,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * limit. 2..16 rows of 8-bit B: AMX with m-row tiles (VNNI would be bound by its multiplies);
      * 4-bit B is unpacked in VNNI registers instead. */
     int thin = 0;
-    if (t == EMBER__QT_AMX && m <= 16) {
+    if (t == EMBER__QT_AMX && m <= 16 && !braw) {
         thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
         if (!thin)
             t = EMBER__QT_AVX512;
@@ -571,7 +571,7 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
 ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                               const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                               int64_t ldb, const float *sb, float *C, int64_t ldc) {
-    if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m <= 16)
+    if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m < 2)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (n <= 0)
         return EMBER_OK;

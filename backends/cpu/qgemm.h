@@ -103,10 +103,10 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc);
 
-/* A first call with a few dozen rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
+/* A first call with 2..128 rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
  * int8 B row-major [k, n] (ldb) packed slice by slice into per-thread scratch as the tiles use it,
  * nothing kept. sa [m], sb [n] (NULL: 1). EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) where the
- * context's tier is not AMX: pack instead. */
+ * context's tier is not AMX or m < 2: use ember__qgemm_direct or pack instead. */
 ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                               const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                               int64_t ldb, const float *sb, float *C, int64_t ldc);
