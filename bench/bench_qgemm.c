@@ -3,8 +3,9 @@
  *
  * Rows per shape (M x N x K) and thread count:
  *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
- *   ember_q8_first   a first call: B packed on every call (M <= 16: the unpacked kernel the
- *                    library runs on a first decode-sized call instead)
+ *   ember_q8_first   a first call: B packed on every call (M <= 128: the kernels the library
+ *                    runs on such a first call instead: unpacked for M <= 16, B packed slice by
+ *                    slice into scratch on AMX up to 128)
  *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
@@ -13,7 +14,10 @@
  * bandwidth of a 16 MiB buffer (the L3-resident size of a 4096 x 4096 int8 weight) with the same
  * threads; the M = 1 / 8 roofline is 2 * M ops per weight byte at that bandwidth.
  *
- * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K]
+ * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K] [--blas-apart]
+ * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
+ * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
+ * and the decode rows are then measured against a bandwidth they do not get).
  * The program re-executes itself with OPENBLAS_CORETYPE=SkylakeX when unset (OpenBLAS misdetects
  * this CPU), and then also with short idle spins for OpenBLAS and OpenMP (see main). */
 #include <dlfcn.h>
@@ -205,7 +209,7 @@ typedef struct ember_case {
     ember__qtier tier;
     int64_t m, n, k;
     const int8_t *A, *B, *B4;
-    const float *sa, *sb, *sb4;
+    const float *sa, *sb, *sb4, *sa4; /* sa4: A's scale per row and K block of 32 ([m][k/32]) */
     float *C;
     ember__qpack p8, p4;
 } ember_case;
@@ -215,7 +219,7 @@ static void ember_cached(ember_case *e) {
 }
 
 static void ember_q4(ember_case *e) {
-    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa, &e->p4, e->C, e->n);
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa4, &e->p4, e->C, e->n);
 }
 
 typedef struct s8_src {
@@ -230,6 +234,10 @@ static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *
 
 static void ember_first(ember_case *e) {
     /* as the library does: a decode-sized first call runs on B unpacked */
+    /* as the library's first calls: AMX packing slices for 2..128 rows, unpacked for one row */
+    if (e->m <= 128 && ember__qgemm_raw(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
+                                        e->sb, e->C, e->n) == EMBER_OK)
+        return;
     if (e->m <= 16 && ember__qgemm_direct(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
                                           e->sb, e->C, NULL, e->n) == EMBER_OK)
         return;
@@ -257,7 +265,7 @@ int main(int argc, char **argv) {
             setenv("GOMP_SPINCOUNT", "20000", 1);
         execv("/proc/self/exe", argv);
     }
-    int json = 0, quick = 0, only_threads = 0, reps_arg = 0;
+    int json = 0, quick = 0, only_threads = 0, reps_arg = 0, blas_apart = 0;
     int64_t only_m = 0, only_n = 0, only_k = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -266,6 +274,8 @@ int main(int argc, char **argv) {
             quick = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             only_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--blas-apart"))
+            blas_apart = 1;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps_arg = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
@@ -370,6 +380,7 @@ int main(int argc, char **argv) {
             int8_t *A = ember__aligned_alloc((size_t)(m * k)), *B = ember__aligned_alloc((size_t)(k * n));
             int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
             float *sa = malloc((size_t)m * 4), *sb = malloc((size_t)n * 4);
+            float *sa4 = malloc((size_t)(m * (k / 32)) * 4);
             float *sb4 = malloc((size_t)(n * (k / 32)) * 4);
             float *C = ember__aligned_alloc((size_t)(m * n) * 4);
             int32_t *C32 = ember__aligned_alloc((size_t)(m * n) * 4);
@@ -388,11 +399,13 @@ int main(int argc, char **argv) {
             }
             for (int64_t i = 0; i < m; i++)
                 sa[i] = 0.01f;
+            for (int64_t i = 0; i < m * (k / 32); i++)
+                sa4[i] = 0.01f;
             for (int64_t j = 0; j < n; j++)
                 sb[j] = 0.02f;
             for (int64_t j = 0; j < n * (k / 32); j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
-            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, C, {0}, {0}};
+            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}};
             s8_src s4 = {B4, n};
             ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
@@ -415,6 +428,8 @@ int main(int argc, char **argv) {
                     case R_DP: dnnl_run(&dp); break;
 #endif
                     case R_BLAS:
+                        if (blas_apart && m <= 8)
+                            break; /* timed after the interleaved rounds */
                         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
                                     1.0f, Af, (int)k, Bf, (int)n, 0.0f, C, (int)n);
                         break;
@@ -424,6 +439,14 @@ int main(int argc, char **argv) {
                         t[row][r] = now() - t0;
                 }
             }
+            if (blas_apart && m <= 8) /* its 64 MiB f32 weights would evict the int8 ones */
+                for (int r = -1; r < reps; r++) {
+                    double t0 = now();
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
+                                1.0f, Af, (int)k, Bf, (int)n, 0.0f, C, (int)n);
+                    if (r >= 0)
+                        t[R_BLAS][r] = now() - t0;
+                }
             double g[NROWS];
             for (int row = 0; row < NROWS; row++)
                 g[row] = ops / median(t[row], reps) * 1e-9;
@@ -465,6 +488,7 @@ int main(int argc, char **argv) {
             ember__aligned_free(Af);
             ember__aligned_free(Bf);
             free(sa);
+            free(sa4);
             free(sb);
             free(sb4);
         }

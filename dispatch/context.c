@@ -75,6 +75,7 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
     copy_str(ctx->opencl_device, sizeof ctx->opencl_device, getenv("EMBER_OPENCL_DEVICE"));
     copy_str(ctx->opencl_cache_dir, sizeof ctx->opencl_cache_dir,
              getenv("EMBER_OPENCL_CACHE_DIR"));
+    copy_str(ctx->opencl_kernel, sizeof ctx->opencl_kernel, getenv("EMBER_OPENCL_KERNEL"));
     if ((env = getenv("EMBER_LOG")) && *env) {
         if (strcmp(env, "debug") == 0 || strcmp(env, "2") == 0)
             ember__log_level = 2;

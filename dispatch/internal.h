@@ -26,6 +26,7 @@ struct ember_context {
     ember_options opts;      /* resolved: environment applied, cpu_max_isa points into isa[] */
     char isa[32];
     char opencl_platform[128], opencl_device[128], opencl_cache_dir[512];
+    char opencl_kernel[16]; /* EMBER_OPENCL_KERNEL: a forced int8 path ("" = the best) */
     struct {
         const ember_backend_ops *ops; /* NULL when not built in */
         void *state;                  /* the backend's own, from init */

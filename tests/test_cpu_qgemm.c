@@ -187,6 +187,8 @@ static void test_epilogue(void) {
     check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);  /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
+    check_epilogue(s, 40, 70, 1100, 0, 4, 0); /* 4-bit over several K slices */
+    check_epilogue(s, 600, 300, 96, 0, 8, 0); /* several row and column tasks */
     ember_context_destroy(ctx);
 }
 
@@ -247,6 +249,53 @@ static void test_direct(void) {
             }
     if (!ran)
         printf("\n  direct kernel: no AVX-512 on this machine, skipped");
+    ember_context_destroy(ctx);
+}
+
+
+/* the AMX first-call kernel (B packed slice by slice as the tiles use it) */
+static void test_raw(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const int64_t ms[] = {2, 17, 40, 128}, ns[] = {1, 33, 100, 4500}, ks[] = {1, 65, 600};
+    int ran = 0;
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 3; c++) {
+                int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 1, ldb = n + 3;
+                if (n > 1000 && (k > 100 || m > 40))
+                    continue; /* one wide case: tasks wider than the scratch's 256 columns */
+                int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
+                float *F = malloc((size_t)(m * n) * 4), *sa = malloc((size_t)m * 4);
+                float *sb = malloc((size_t)n * 4);
+                rand_i8(A, (size_t)(m * lda), -128, 127);
+                rand_i8(B, (size_t)(k * ldb), -128, 127);
+                tu_rand_f32(&rng, sa, (size_t)m, 0.01f, 0.1f);
+                tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
+                ember_status st = ember__qgemm_raw(s, m, n, k, A, lda, sa, B, ldb, sb, F, n);
+                if (st == EMBER_OK) {
+                    int bad = 0;
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++) {
+                            int32_t ref = 0;
+                            for (int64_t kk = 0; kk < k; kk++)
+                                ref += (int32_t)A[i * lda + kk] * B[kk * ldb + j];
+                            double fr = (double)sa[i] * (double)sb[j] * (double)ref;
+                            if (fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
+                                bad = 1;
+                        }
+                    CU_ASSERT_FALSE(bad);
+                    ran++;
+                } else {
+                    CU_ASSERT_EQUAL(st, EMBER_ERR_QUANT_UNSUPPORTED);
+                }
+                free(A), free(B), free(F), free(sa), free(sb);
+            }
+    if (!ran)
+        printf("\n  raw AMX kernel: no AMX here, skipped");
+    CU_ASSERT_EQUAL(ember__qgemm_raw(s, 1, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),
+                    EMBER_ERR_QUANT_UNSUPPORTED); /* one row goes to the direct kernel */
     ember_context_destroy(ctx);
 }
 
@@ -388,22 +437,29 @@ static void test_q_matmul_entry(void) {
 /* a decode-sized first call runs unpacked and marks the tensor; the second use packs */
 static void test_first_call_policy(void) {
     ember_context *ctx = tu_cpu_context();
+    ember__cpu_state *cs = ember__cpu_state_of(ctx);
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *x = mk_q(ctx, &s, 2, (int64_t[]){4, 96}), *w = mk_q(ctx, &s, 2, (int64_t[]){96, 70});
-    int64_t cells;
-    double *ref = reference(x, w, &cells);
-    int direct = ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, 0) ==
-                 EMBER_OK;
-    for (int call = 0; call < 3; call++) {
-        ember_tensor *y = NULL;
-        TU_OK(ember_q_matmul(x, w, &y));
-        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
-        CU_ASSERT_EQUAL(packed(w), direct ? call >= 1 : 1);
-        ember_tensor_free(y);
+    static const int64_t rows[3] = {4, 40, 200};
+    for (int r = 0; r < 3; r++) {
+        ember_tensor *x = mk_q(ctx, &s, 2, (int64_t[]){rows[r], 96});
+        ember_tensor *w = mk_q(ctx, &s, 2, (int64_t[]){96, 70});
+        int64_t cells;
+        double *ref = reference(x, w, &cells);
+        const int direct = ember__qgemm_direct(NULL, 0, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL,
+                                               NULL, 0) == EMBER_OK;
+        const int amx = ember__cpu_tier(cs) == EMBER__QT_AMX;
+        int unpacked_first = rows[r] <= 16 ? (amx || direct) : rows[r] <= 128 ? amx : 0;
+        for (int call = 0; call < 3; call++) {
+            ember_tensor *y = NULL;
+            TU_OK(ember_q_matmul(x, w, &y));
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            CU_ASSERT_EQUAL(packed(w), unpacked_first ? call >= 1 : 1);
+            ember_tensor_free(y);
+        }
+        free(ref);
+        ember_tensor_free(x);
+        ember_tensor_free(w);
     }
-    free(ref);
-    ember_tensor_free(x);
-    ember_tensor_free(w);
     ember_context_destroy(ctx);
 }
 
@@ -417,12 +473,15 @@ static void test_q_matmul_batched(void) {
         ember_tensor *a = mk_q(ctx, &s, ar[t], as[t]), *b = mk_q(ctx, &s, br[t], bs[t]), *y = NULL;
         int64_t cells;
         double *ref = reference(a, b, &cells);
-        TU_OK(ember_q_matmul(a, b, &y));
-        CU_ASSERT_EQUAL(ember_tensor_numel(y), cells);
-        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        for (int call = 0; call < 2; call++) { /* a first call may run unpacked */
+            TU_OK(ember_q_matmul(a, b, &y));
+            CU_ASSERT_EQUAL(ember_tensor_numel(y), cells);
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            ember_tensor_free(y);
+            y = NULL;
+        }
         CU_ASSERT(packed(b));
         free(ref);
-        ember_tensor_free(y);
         ember_tensor_free(a);
         ember_tensor_free(b);
     }
@@ -634,6 +693,7 @@ int main(void) {
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
         {"direct (unpacked) kernel for first decode calls", test_direct},
+        {"AMX first-call kernel (B packed slice by slice)", test_raw},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
         {"q_matmul entry: batched", test_q_matmul_batched},
         {"decode first call unpacked, packed from the second", test_first_call_policy},

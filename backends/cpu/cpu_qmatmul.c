@@ -20,8 +20,8 @@
  *
  * Weight pre-packing: the first (Q,Q) or (F,Q) call packs each matrix of B into the kernel layout
  * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Exception: a
- * decode-sized first call (m <= 16, 8-bit Native B, one K chunk) multiplies B as it is stored
- * (ember__qgemm_direct) and only marks the tensor; the second use packs it. A call that fails
+ * first call with few rows (m <= 128, 8-bit Native B, one K chunk) multiplies B as it is stored
+ * (ember__qgemm_direct, ember__qgemm_raw) and only marks the tensor; the second use packs it. A call that fails
  * leaves the cache as it was. Memory cost per
  * [k, n] matrix: roundup(k, 64) * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2,
  * which are kept as nibbles), plus 4 bytes (2 when every effective scale is an f16) per column
@@ -236,11 +236,12 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
     return EMBER_OK;
 }
 
-/* A decode-sized (m <= 16) first call on an 8-bit Native B with one K chunk runs on B as it is
- * stored: packing it would cost more than the product. The tensor is marked, and its next use
- * packs it (a weight used once is never packed). */
+/* A first call with few rows (m <= 128) on an 8-bit Native B with one K chunk runs on B as it is
+ * stored (AMX packing each slice of B into scratch as it goes; one row, or no AMX and m <= 16: the
+ * unpacked AVX-512 kernel): packing all of B into a fresh buffer would cost more than the product. The tensor is
+ * marked, and its next use packs it (a weight used once is never packed). */
 static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
-    if (m > 16 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
+    if (m > 128 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
         return 0;
     ember_tensor *bt = (ember_tensor *)b;
     pthread_mutex_lock(&bt->pack.lock);
@@ -261,9 +262,15 @@ static ember_status run_direct(ember__cpu_state *s, const ember__gemm *g, const 
         st = prepare_qa(a, effa, g->a_off[bi], m, k, 0, &rows, &own, sa);
         for (int64_t j = 0; st == EMBER_OK && j < n; j++)
             sb[j] = eff[ember__block_of(&b->q, b->rank, b->shape, (size_t)(g->b_off[bi] + j))];
-        if (st == EMBER_OK)
-            st = ember__qgemm_direct(s, m, n, k, rows, k, sa, (const int8_t *)b->buf + g->b_off[bi],
-                                     n, sb, (float *)out->buf + bi * m * n, NULL, n);
+        if (st == EMBER_OK) {
+            const int8_t *bb = (const int8_t *)b->buf + g->b_off[bi];
+            float *cc = (float *)out->buf + bi * m * n;
+            /* one row: the unpacked kernel streams B best; more: AMX packing slices of B */
+            st = m == 1 ? EMBER_ERR_QUANT_UNSUPPORTED
+                        : ember__qgemm_raw(s, m, n, k, rows, k, sa, bb, n, sb, cc, n);
+            if (st == EMBER_ERR_QUANT_UNSUPPORTED && m <= 16)
+                st = ember__qgemm_direct(s, m, n, k, rows, k, sa, bb, n, sb, cc, NULL, n);
+        }
         ember__free(own);
     }
     ember__free(eff);

@@ -464,16 +464,19 @@ static ember__qblock_fn block_fn(ember__qtier t) {
 
 static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const float *sa, const ember__qpack *p, float *C,
-                              int32_t *C32, int64_t ldc) {
+                              int32_t *C32, int64_t ldc, const int8_t *braw, int64_t ldb) {
     if (m <= 0 || p->n <= 0)
         return EMBER_OK;
+    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || !C ||
+                 p->nch != 1))
+        return EMBER_ERR_QUANT_UNSUPPORTED; /* raw B: the AMX slice packer only */
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
     /* Decode shapes are bound by reading B. One row: AVX-512 VNNI streams it at the bandwidth
      * limit. 2..16 rows of 8-bit B: AMX with m-row tiles (VNNI would be bound by its multiplies);
      * 4-bit B is unpacked in VNNI registers instead. */
     int thin = 0;
-    if (t == EMBER__QT_AMX && m <= 16) {
+    if (t == EMBER__QT_AMX && m <= 16 && !braw) {
         thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
         if (!thin)
             t = EMBER__QT_AVX512;
@@ -489,7 +492,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
-    const size_t per = (amx && p->bits == 4) ? (size_t)32 * (size_t)p->kp : 0;
+    /* AMX per thread: the int32 sums of a task, then 4-bit: two unpacked panels (2 x 32 x kp);
+     * raw B: one K slice of a task's 256 columns (256 x 512) */
+    const size_t per = amx ? EMBER__AMX_ACC_BYTES +
+                                 (p->bits == 4 ? (size_t)64 * (size_t)p->kp
+                                               : (braw ? (size_t)256 * 512 : 0))
+                           : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
@@ -511,7 +519,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch};
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb};
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {
@@ -520,12 +528,13 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         nb = round_up((p->np + want - 1) / want, 32);
         if (nb < 32)
             nb = 32;
+        if (amx && nb > 256) /* the AMX scratch holds tasks of up to 256 columns */
+            nb = 256;
     } else {
-        /* AMX: the A block of a task (mb x kp bytes) stays in L2 while the task's B panels
-         * stream past it: about 512 KiB of A, 64..512 rows */
+        /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
+         * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */
         if (amx) {
-            mb = ((int64_t)512 * 1024 / p->kp) / 32 * 32;
-            mb = mb < 64 ? 64 : (mb > 512 ? 512 : mb);
+            mb = 512;
             nb = 256;
         } else {
             mb = 64;
@@ -538,7 +547,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
             nb /= 2;
     }
     run_arg r = {&job, thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb};
-    ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
+    /* tile work on one thread where the vCPUs share the AMX unit (the tasks then run inline) */
+    ember__cpu_state *ts = amx && !thin && s && ember__cpu_amx_threads(s) == 1 ? NULL : s;
+    ember__cpu_parallel_for(ts, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
     if (from_scratch)
         ember__cpu_scratch_put(s);
     else
@@ -549,12 +560,39 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
 ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                           int64_t lda, const float *sa, const ember__qpack *p, float *C,
                           int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc);
+    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc, NULL, 0);
 }
 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
+    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc, NULL, 0);
+}
+
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                              int64_t ldb, const float *sb, float *C, int64_t ldc) {
+    if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m < 2)
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (n <= 0)
+        return EMBER_OK;
+    ember__qpack p;
+    memset(&p, 0, sizeof p);
+    p.k = k;
+    p.n = n;
+    p.kp = round_up(k > 0 ? k : 1, 64);
+    p.np = round_up(n, 32);
+    p.kc = p.kp;
+    p.nch = 1;
+    p.bits = 8;
+    p.bias = 128;
+    float *scales = ember__aligned_alloc((size_t)p.np * sizeof(float));
+    EMBER_FAIL_IF(!scales, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
+    for (int64_t j = 0; j < p.np; j++)
+        scales[j] = j < n ? (sb ? sb[j] : 1.0f) : 0.0f;
+    p.sb = scales;
+    ember_status st = qgemm_run(s, EMBER__QT_AMX, m, A, lda, sa, &p, C, NULL, ldc, B, ldb);
+    ember__aligned_free(scales);
+    return st;
 }
 
 /* ------------------------------------------------------------------ direct (unpacked) */

@@ -103,6 +103,14 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc);
 
+/* A first call with 2..128 rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
+ * int8 B row-major [k, n] (ldb) packed slice by slice into per-thread scratch as the tiles use it,
+ * nothing kept. sa [m], sb [n] (NULL: 1). EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) where the
+ * context's tier is not AMX or m < 2: use ember__qgemm_direct or pack instead. */
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
+                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
+                              int64_t ldb, const float *sb, float *C, int64_t ldc);
+
 /* ---- between qgemm.c and the tier files ---- */
 typedef struct ember__qdirect {
     int64_t m, n, k;
@@ -128,8 +136,15 @@ typedef struct ember__qjob {
     float *c; /* float out, or NULL when c32 is used */
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
-    uint8_t **scratch; /* per-thread buffers (AMX 4-bit: 32 x kp bytes each), else NULL */
+    uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
+                          for 4-bit or raw B), 64-byte aligned */
+    const int8_t *braw; /* AMX first calls: int8 B row-major (ldb), packed slice by slice into
+                           the scratch instead of read from p->b (NULL otherwise) */
+    int64_t ldb;
 } ember__qjob;
+
+/* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
+#define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)
 
 /* Compute rows [i0, i1) x columns [j0, j1) of the job (i0 % 32 == 0, j0 % 32 == 0) on pool
  * thread `thread`. */
@@ -160,6 +175,9 @@ void ember__cpu_pool_stop(ember__cpu_state *s);
  * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);
+/* How many threads tile (AMX) work should use in this context: 1 where the vCPUs share one AMX
+ * unit (measured once, on the first call), else num_threads. */
+int ember__cpu_amx_threads(ember__cpu_state *s);
 /* The tier chosen at init (scalar without kernel state). */
 ember__qtier ember__cpu_tier(const ember__cpu_state *s);
 

@@ -108,73 +108,135 @@ static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb
     }
 }
 
-/* One K chunk, float output (the common case): the scaling of each block is spread over the
- * K steps of the next block, so that the vector work runs while the tile unit multiplies. */
-static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                            uint8_t *unp) {
-    const ember__qpack *p = jb->p;
-    const int64_t kp = p->kp, steps = kp / 64;
-    const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
-    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
-    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b0, *b1;
-        if (p->bits == 8) {
-            b0 = p->b + (j / 32) * (kp / 4) * 128;
-        } else {
-            unpack_panel(p, j, unp);
-            b0 = unp;
+/* One K chunk, float output (the common case), in the GotoBLAS order: the K extent is walked in
+ * slices of KSLICE; within a slice every 32-column panel of the task's B is taken in turn, and its
+ * slice (KSLICE x 32 bytes, 16 KiB) stays in L1 while every 32-row block of the task multiplies
+ * it; the task's A slice (rows x KSLICE) stays in L2 across the panels, and the int32 sums of all
+ * the task's blocks wait in per-thread scratch between slices. The next B slice is prefetched
+ * into L2 meanwhile. In the last slice the f32 scaling of each block is spread over the K steps
+ * of the next block of the same panel (vector work while the tile unit multiplies). */
+#define KSLICE 512
+
+/* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
+static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
+                         uint8_t *dst) {
+    const int64_t kp = p->kp;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const uint8_t *src = p->b + (j / 32) * (kp / 8) * 128;
+    for (int64_t r = kbeg / 8; r < kend / 8; r++)
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
+            _mm512_store_si512(dst + 2 * r * 128 + h * 64, _mm512_and_si512(v, m4));
+            _mm512_store_si512(dst + (2 * r + 1) * 128 + h * 64,
+                               _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
         }
-        b1 = b0 + 64;
-        const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
-        const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
-        const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
-        int cur = 0;
-        int64_t prev_i = -1, prev_rows = 0;
-        /* the next 32-column panel of B (contiguous after this one in the 8-bit layout) is read
-         * into L2 while this one is used: a slice of it per K step of each row block */
-        const int64_t nip = ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32;
-        const int pf = p->bits == 8 && j + 32 < j1 && j + 32 < p->n;
-        const int64_t slice = pf ? (kp * 32) / nip : 0, per_step = slice / steps;
-        for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
-            const char *pfb = (const char *)b0 + kp * 32 + ((i - i0) / 32) * slice;
-            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
-            const int8_t *a1 = a0 + 1024;
-            const int32_t *pb = buf[cur ^ 1];
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t st = 0; st < steps; st++) {
-                const int64_t k = st * 64;
-                _tile_loadd(4, a0 + k * 32, 64);
-                _tile_loadd(6, b0 + k * 32, 128);
-                _tile_dpbsud(0, 4, 6);
-                _tile_loadd(7, b1 + k * 32, 128);
-                _tile_dpbsud(1, 4, 7);
-                _tile_loadd(5, a1 + k * 32, 64);
-                _tile_dpbsud(2, 5, 6);
-                _tile_dpbsud(3, 5, 7);
-                for (int64_t l = 0; l < per_step; l += 64)
-                    _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
-                if (prev_i >= 0 && st * per < prev_rows) {
-                    int64_t r1 = st * per + per;
-                    epi_rows(jb, pb, prev_i, j, st * per, r1 < prev_rows ? r1 : prev_rows, s0, s1,
-                             k0m, k1m);
+}
+
+static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                            uint8_t *unp, int32_t (*acc)[32 * 32]) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, nkb = (kp + KSLICE - 1) / KSLICE;
+    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
+    if (i1 > jb->m)
+        i1 = jb->m;
+    if (j1 > p->n)
+        j1 = p->n;
+    const int64_t nip = (i1 - i0 + 31) / 32, njp = (j1 - j0 + 31) / 32;
+    for (int64_t kb = 0; kb < nkb; kb++) {
+        const int64_t kbeg = kb * KSLICE, kend = kbeg + KSLICE < kp ? kbeg + KSLICE : kp;
+        const int64_t steps = (kend - kbeg) / 64;
+        const int last = kb == nkb - 1;
+        const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
+        if (jb->braw) /* a first call: pack the task's slice of B (every panel) here */
+            for (int64_t k0 = kbeg; k0 < kend; k0 += 4) {
+                const int8_t *rp[4];
+                for (int q = 0; q < 4; q++)
+                    rp[q] = k0 + q < p->k ? jb->braw + (k0 + q) * jb->ldb + j0 : NULL;
+                ember__qpack8_avx512(rp, j1 - j0, njp * 32, unp + (k0 - kbeg) * 32,
+                                     (KSLICE / 4) * 128);
+            }
+        for (int64_t jp = 0; jp < njp; jp++) {
+            const int64_t j = j0 + jp * 32;
+            /* bs: this panel's slice, K step kbeg + x at bs + x * 32 */
+            const uint8_t *bs;
+            uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
+            if (jb->braw) {
+                bs = unp + jp * (KSLICE / 4) * 128;
+            } else if (p->bits == 8) {
+                bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
+            } else {
+                unpack_slice(p, j, kbeg, kend, u);
+                bs = u + kbeg * 32;
+            }
+            const uint8_t *bs1 = bs + 64;
+            /* the B slice used next, prefetched into L2 a piece per K step of each row block */
+            const char *nx = NULL;
+            if (p->bits == 8 && !jb->braw) {
+                if (jp + 1 < njp)
+                    nx = (const char *)(p->b + ((j + 32) / 32) * (kp / 4) * 128 + kbeg * 32);
+                else if (!last)
+                    nx = (const char *)(p->b + (j0 / 32) * (kp / 4) * 128 + kend * 32);
+            }
+            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSLICE < kp ? KSLICE : kp - kend)) * 32 : 0;
+            const int64_t slice = nxbytes / nip, per_step = slice / steps;
+            const int64_t nv = p->n - j;
+            const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+            const __mmask16 k1m =
+                (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+            const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
+            const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
+            int cur = 0;
+            int64_t prev_i = -1, prev_rows = 0;
+            for (int64_t ii = 0; ii < nip; ii++) {
+                const int64_t i = i0 + ii * 32;
+                const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+                const int8_t *a1 = a0 + 1024;
+                const int32_t *pb = buf[cur ^ 1];
+                int32_t *ac = acc[jp * nip + ii];
+                const char *pfb = nx ? nx + ii * slice : NULL;
+                if (kb == 0) {
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_zero(2);
+                    _tile_zero(3);
+                } else {
+                    _tile_loadd(0, ac, 128);
+                    _tile_loadd(1, ac + 16, 128);
+                    _tile_loadd(2, ac + 16 * 32, 128);
+                    _tile_loadd(3, ac + 16 * 32 + 16, 128);
+                }
+                for (int64_t st = 0; st < steps; st++) {
+                    const int64_t k = kbeg + st * 64;
+                    _tile_loadd(4, a0 + k * 32, 64);
+                    _tile_loadd(6, bs + st * 2048, 128);
+                    _tile_dpbsud(0, 4, 6);
+                    _tile_loadd(7, bs1 + st * 2048, 128);
+                    _tile_dpbsud(1, 4, 7);
+                    _tile_loadd(5, a1 + k * 32, 64);
+                    _tile_dpbsud(2, 5, 6);
+                    _tile_dpbsud(3, 5, 7);
+                    for (int64_t l = 0; l < per_step; l += 64)
+                        _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
+                    if (last && prev_i >= 0 && st * per < prev_rows) {
+                        int64_t r1 = st * per + per;
+                        epi_rows(jb, pb, prev_i, j, st * per, r1 < prev_rows ? r1 : prev_rows, s0,
+                                 s1, k0m, k1m);
+                    }
+                }
+                int32_t *dst = last ? buf[cur] : ac;
+                _tile_stored(0, dst, 128);
+                _tile_stored(1, dst + 16, 128);
+                _tile_stored(2, dst + 16 * 32, 128);
+                _tile_stored(3, dst + 16 * 32 + 16, 128);
+                if (last) {
+                    prev_i = i;
+                    prev_rows = jb->m - i < 32 ? jb->m - i : 32;
+                    cur ^= 1;
                 }
             }
-            _tile_stored(0, buf[cur], 128);
-            _tile_stored(1, buf[cur] + 16, 128);
-            _tile_stored(2, buf[cur] + 16 * 32, 128);
-            _tile_stored(3, buf[cur] + 16 * 32 + 16, 128);
-            prev_i = i;
-            prev_rows = jb->m - i < 32 ? jb->m - i : 32;
-            cur ^= 1;
+            if (prev_i >= 0)
+                epi_rows(jb, buf[cur ^ 1], prev_i, j, 0, prev_rows, s0, s1, k0m, k1m);
         }
-        if (prev_i >= 0)
-            epi_rows(jb, buf[cur ^ 1], prev_i, j, 0, prev_rows, s0, s1, k0m, k1m);
     }
 }
 
@@ -186,14 +248,18 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     int32_t buf[32 * 32] __attribute__((aligned(64)));
     float facc[32 * 32] __attribute__((aligned(64)));
     uint8_t *unp = NULL;
-    if (p->bits == 4) {
-        unp = jb->scratch[thread]; /* the driver provides it for 4-bit AMX jobs */
-    }
+    /* the driver's per-thread scratch: the int32 sums of the row blocks (MB_MAX x 32), then the
+     * unpacked 4-bit panel (32 x kp) */
+    int32_t(*acc)[32 * 32] = (int32_t(*)[32 * 32])(void *)jb->scratch[thread];
+    if (p->bits == 4 || jb->braw)
+        unp = jb->scratch[thread] + EMBER__AMX_ACC_BYTES;
     tile_config(ks);
     if (i1 > jb->mp)
         i1 = jb->mp;
-    if (nch == 1 && jb->c && !p->sb16) {
-        block_pipelined(jb, i0, i1, j0, j1, unp);
+    if (jb->braw || (nch == 1 && jb->c && !p->sb16 &&
+        ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
+                (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES)) {
+        block_pipelined(jb, i0, i1, j0, j1, unp, acc);
         _tile_release();
         return;
     }

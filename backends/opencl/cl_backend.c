@@ -199,9 +199,8 @@ static ember_status cl_init(ember_context *ctx, const ember_options *opts, void 
     EMBER_FAIL_IF(!s, EMBER_ERR_OUT_OF_MEMORY, "opencl backend: no memory for its state");
     s->ctx = ctx;
     snprintf(s->cache_dir, sizeof s->cache_dir, "%s", ctx->opencl_cache_dir);
-    /* EMBER_OPENCL_KERNEL: read here, once, like the other settings at context creation. */
-    const char *forced = getenv("EMBER_OPENCL_KERNEL");
-    forced = forced ? forced : "";
+    /* EMBER_OPENCL_KERNEL, read with the other settings at context creation (config_load) */
+    const char *forced = ctx->opencl_kernel;
 
     cl_uint nplat = 0;
     cl_int err = clGetPlatformIDs(0, NULL, &nplat);
