@@ -192,6 +192,60 @@ static void test_epilogue(void) {
     ember_context_destroy(ctx);
 }
 
+/* The float-output tile path (AMX: whole-K blocks for K <= 2048, slices of 512 beyond, tasks of
+ * several row and column blocks): with unit scales and values small enough that every sum is
+ * exact in f32 (|sum| < 2^24), the float output equals the int32 sum exactly, on every tier. */
+static void test_float_path_exact(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const int64_t shapes[][3] = {
+        {300, 560, 700}, /* one K slice, 2 x 2 tasks, ragged edges */
+        {70, 100, 2500}, /* slices of 512, K not a multiple of 64 */
+        {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
+        {33, 65, 2048},  /* exactly the whole-K limit */
+    };
+    for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
+        const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
+        int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
+        float *C = malloc((size_t)(m * n) * 4);
+        int32_t *ref = malloc((size_t)(m * n) * 4);
+        rand_i8(A, (size_t)(m * lda), -40, 40);
+        rand_i8(B, (size_t)(k * n), -40, 40); /* |sum| <= 2500 * 1600 < 2^24 */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int32_t r = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    r += (int32_t)A[i * lda + kk] * B[kk * n + j];
+                ref[i * n + j] = r;
+            }
+        ember__qpack p;
+        TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, 8, B, NULL));
+        for (int t = 0; t < EMBER__QT_COUNT; t++) {
+            if (!ember__qtier_available((ember__qtier)t))
+                continue;
+            for (int64_t i = 0; i < m * n; i++)
+                C[i] = NAN;
+            TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
+            int bad = 0;
+            for (int64_t i = 0; i < m * n && !bad; i++)
+                if (!(C[i] == (float)ref[i])) {
+                    printf("\n  %s m %lld n %lld k %lld: C[%lld] %g != %d",
+                           ember__qtier_name((ember__qtier)t), (long long)m, (long long)n,
+                           (long long)k, (long long)i, (double)C[i], ref[i]);
+                    bad = 1;
+                }
+            CU_ASSERT_FALSE(bad);
+        }
+        ember__qpack_free(&p);
+        free(A);
+        free(B);
+        free(C);
+        free(ref);
+    }
+    ember_context_destroy(ctx);
+}
+
 static void test_tiers(void) {
     CU_ASSERT_STRING_EQUAL(ember__qtier_name(EMBER__QT_AMX), "amx");
     CU_ASSERT_STRING_EQUAL(ember__qtier_name(EMBER__QT_AVX512), "avx512_vnni");
@@ -692,6 +746,7 @@ int main(void) {
         {"exact int32, every tier, odd shapes", test_exact_int32},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
+        {"float-output tile path exact (unit scales)", test_float_path_exact},
         {"direct (unpacked) kernel for first decode calls", test_direct},
         {"AMX first-call kernel (B packed slice by slice)", test_raw},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},

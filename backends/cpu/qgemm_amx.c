@@ -116,6 +116,11 @@ static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb
  * into L2 meanwhile. In the last slice the f32 scaling of each block is spread over the K steps
  * of the next block of the same panel (vector work while the tile unit multiplies). */
 #define KSLICE 512
+/* The K slice of a task: the whole (padded) K up to 2048, so that each 32 x 32 block accumulates
+ * in its tiles from start to end (no int32 round trips through scratch, one drain per block);
+ * slices of 512 beyond (the driver then uses taller tasks, see qgemm_run). First calls (raw B)
+ * keep 512: their scratch holds one 512-deep slice. */
+#define KSLICE_FULL 2048
 
 /* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
 static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
@@ -135,7 +140,9 @@ static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t
 static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             uint8_t *unp, int32_t (*acc)[32 * 32]) {
     const ember__qpack *p = jb->p;
-    const int64_t kp = p->kp, nkb = (kp + KSLICE - 1) / KSLICE;
+    const int64_t kp = p->kp;
+    const int64_t KSL = !jb->braw && kp <= KSLICE_FULL ? kp : KSLICE;
+    const int64_t nkb = (kp + KSL - 1) / KSL;
     int32_t buf[2][32 * 32] __attribute__((aligned(64)));
     if (i1 > jb->m)
         i1 = jb->m;
@@ -143,7 +150,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         j1 = p->n;
     const int64_t nip = (i1 - i0 + 31) / 32, njp = (j1 - j0 + 31) / 32;
     for (int64_t kb = 0; kb < nkb; kb++) {
-        const int64_t kbeg = kb * KSLICE, kend = kbeg + KSLICE < kp ? kbeg + KSLICE : kp;
+        const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
         const int64_t steps = (kend - kbeg) / 64;
         const int last = kb == nkb - 1;
         const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
@@ -177,7 +184,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 else if (!last)
                     nx = (const char *)(p->b + (j0 / 32) * (kp / 4) * 128 + kend * 32);
             }
-            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSLICE < kp ? KSLICE : kp - kend)) * 32 : 0;
+            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSL < kp ? KSL : kp - kend)) * 32 : 0;
             const int64_t slice = nxbytes / nip, per_step = slice / steps;
             const int64_t nv = p->n - j;
             const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
