@@ -189,6 +189,9 @@ static void test_epilogue(void) {
     check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
     check_epilogue(s, 40, 70, 1100, 0, 4, 0); /* 4-bit over several K slices */
     check_epilogue(s, 600, 300, 96, 0, 8, 0); /* several row and column tasks */
+    check_epilogue(s, 40, 70, 768, 256, 8, 0);  /* 8-bit, block 256: chunked tile path */
+    check_epilogue(s, 100, 70, 320, 64, 4, 1);  /* 4-bit, block 64: chunked, two steps */
+    check_epilogue(s, 45, 33, 160, 32, 4, 0);   /* 4-bit, block 32, odd chunk count */
     ember_context_destroy(ctx);
 }
 
@@ -202,6 +205,7 @@ static void test_float_path_exact(void) {
     static const int64_t shapes[][3] = {
         {300, 560, 700}, /* one K slice, 2 x 2 tasks, ragged edges */
         {70, 100, 2500}, /* slices of 512, K not a multiple of 64 */
+        {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
         {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
         {33, 65, 2048},  /* exactly the whole-K limit */
     };
@@ -209,7 +213,8 @@ static void test_float_path_exact(void) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
         int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
         float *C = malloc((size_t)(m * n) * 4);
-        int32_t *ref = malloc((size_t)(m * n) * 4);
+        int32_t *ref = malloc((size_t)(m * n) * 4), *ref4 = malloc((size_t)(m * n) * 4);
+        int8_t *B4 = malloc((size_t)(k * n));
         rand_i8(A, (size_t)(m * lda), -40, 40);
         rand_i8(B, (size_t)(k * n), -40, 40); /* |sum| <= 2500 * 1600 < 2^24 */
         for (int64_t i = 0; i < m; i++)
@@ -219,8 +224,26 @@ static void test_float_path_exact(void) {
                     r += (int32_t)A[i * lda + kk] * B[kk * n + j];
                 ref[i * n + j] = r;
             }
+        for (int v = 0; v < 3; v++) {
+        /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256 (unit scales) */
+        const int bits = v == 1 ? 4 : 8;
+        const int64_t kc = v == 0 ? 0 : (v == 1 ? 32 : 256);
+        if (kc && k % kc)
+            continue;
+        if (bits == 4) { /* 4-bit values: the reference over the values clamped to [-8, 7] */
+            for (int64_t e = 0; e < k * n; e++)
+                B4[e] = (int8_t)(B[e] < -8 ? -8 : (B[e] > 7 ? 7 : B[e]));
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    int32_t r = 0;
+                    for (int64_t kk = 0; kk < k; kk++)
+                        r += (int32_t)A[i * lda + kk] * B4[kk * n + j];
+                    ref4[i * n + j] = r;
+                }
+        }
+        const int32_t *rf = bits == 4 ? ref4 : ref;
         ember__qpack p;
-        TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, 8, B, NULL));
+        TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
         for (int t = 0; t < EMBER__QT_COUNT; t++) {
             if (!ember__qtier_available((ember__qtier)t))
                 continue;
@@ -229,19 +252,23 @@ static void test_float_path_exact(void) {
             TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
             int bad = 0;
             for (int64_t i = 0; i < m * n && !bad; i++)
-                if (!(C[i] == (float)ref[i])) {
-                    printf("\n  %s m %lld n %lld k %lld: C[%lld] %g != %d",
-                           ember__qtier_name((ember__qtier)t), (long long)m, (long long)n,
-                           (long long)k, (long long)i, (double)C[i], ref[i]);
+                if (!(C[i] == (float)rf[i])) {
+                    printf("\n  %s bits %d kc %lld m %lld n %lld k %lld: C[%lld] %g != %d",
+                           ember__qtier_name((ember__qtier)t), bits, (long long)kc,
+                           (long long)m, (long long)n, (long long)k, (long long)i,
+                           (double)C[i], rf[i]);
                     bad = 1;
                 }
             CU_ASSERT_FALSE(bad);
         }
         ember__qpack_free(&p);
+        }
         free(A);
         free(B);
         free(C);
         free(ref);
+        free(ref4);
+        free(B4);
     }
     ember_context_destroy(ctx);
 }
