@@ -117,6 +117,8 @@ static void test_extremes(void) {
     ember_context_destroy(ctx);
 }
 
+static int g_sa_row; /* check_epilogue: the same A scale in all chunks of a row */
+
 /* Scale epilogue vs float64: C = sum_c sa[i,c] sb[c,j] dot_c */
 static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, int64_t kc,
                            int bits, int f16_scales) {
@@ -129,6 +131,10 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
     rand_i8(B, (size_t)(k * n), bits == 8 ? -127 : -7, bits == 8 ? 127 : 7);
     tu_rand_f32(&rng, sa, (size_t)(m * nch), 0.001f, 0.02f);
     tu_rand_f32(&rng, sb, (size_t)(nch * n), 0.001f, 0.02f);
+    if (g_sa_row) /* one A scale per row, repeated over its chunks */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t c = 1; c < nch; c++)
+                sa[i * nch + c] = sa[i * nch];
     if (f16_scales)
         for (int64_t i = 0; i < nch * n; i++)
             sb[i] = ember__f16_to_f32(ember__f32_to_f16(sb[i]));
@@ -192,6 +198,13 @@ static void test_epilogue(void) {
     check_epilogue(s, 40, 70, 768, 256, 8, 0);  /* 8-bit, block 256: chunked tile path */
     check_epilogue(s, 100, 70, 320, 64, 4, 1);  /* 4-bit, block 64: chunked, two steps */
     check_epilogue(s, 45, 33, 160, 32, 4, 0);   /* 4-bit, block 32, odd chunk count */
+    g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
+    check_epilogue(s, 70, 50, 96, 32, 4, 0);
+    check_epilogue(s, 45, 33, 160, 32, 4, 1);
+    check_epilogue(s, 100, 70, 320, 64, 4, 1);
+    check_epilogue(s, 40, 70, 768, 256, 8, 0);
+    check_epilogue(s, 5, 70, 256, 32, 8, 0);
+    g_sa_row = 0;
     ember_context_destroy(ctx);
 }
 

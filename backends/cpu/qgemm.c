@@ -521,7 +521,17 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb};
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb, 0};
+    if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
+        int same = 1;
+        for (int64_t i = 0; i < m && same; i++)
+            for (int64_t c = 1; c < p->nch; c++)
+                if (sap[i * p->nch + c] != sap[i * p->nch]) {
+                    same = 0;
+                    break;
+                }
+        job.sa_row = same;
+    }
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {

@@ -291,7 +291,19 @@ static inline __attribute__((always_inline)) void epi_chunk(const ember__qjob *j
         }
         const __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
         __m512 x0 = _mm512_cvtepi32_ps(y0), x1 = _mm512_cvtepi32_ps(y1);
-        if (mode) {
+        if (jb->sa_row) { /* sum x * sb over the chunks, times the row's A scale at the end */
+            if (mode) {
+                x0 = _mm512_fmadd_ps(x0, s0, _mm512_load_ps(facc + r * 32));
+                x1 = _mm512_fmadd_ps(x1, s1, _mm512_load_ps(facc + r * 32 + 16));
+            } else {
+                x0 = _mm512_mul_ps(x0, s0);
+                x1 = _mm512_mul_ps(x1, s1);
+            }
+            if (mode == 2) {
+                x0 = _mm512_mul_ps(x0, sar);
+                x1 = _mm512_mul_ps(x1, sar);
+            }
+        } else if (mode) {
             x0 = _mm512_fmadd_ps(x0, _mm512_mul_ps(sar, s0), _mm512_load_ps(facc + r * 32));
             x1 = _mm512_fmadd_ps(x1, _mm512_mul_ps(sar, s1), _mm512_load_ps(facc + r * 32 + 16));
         } else {
