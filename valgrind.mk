@@ -25,7 +25,7 @@ VALGRIND_ENV := EMBER_UNDER_VALGRIND=1 EMBER_THREADS_SECONDS=2 OPENBLAS_NUM_THRE
 check-valgrind:
 	@command -v valgrind >/dev/null || { echo "ember: check-valgrind needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 	cmake -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DEMBER_BUILD_BENCH=OFF \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g" -DEMBER_BUILD_BENCH=OFF -DEMBER_TEST_TIMEOUT=3600 \
 	  "-DCMAKE_CROSSCOMPILING_EMULATOR=valgrind;$(subst $() $(),;,$(strip $(VALGRIND_FLAGS)))"
 	cmake --build $(VALGRIND_BUILD) -j$(VALGRIND_JOBS)
 	mkdir -p $(VALGRIND_BUILD)/ember-cl-cache

@@ -34,7 +34,8 @@ ember_status ember__fail(ember_status code, const char *file, const char *func, 
             return ember__st;                                                                      \
     } while (0)
 
-/* Logging level read from EMBER_LOG at context creation (0 off, 1 error, 2 debug). */
-extern int ember__log_level;
+/* Logging level read from EMBER_LOG at context creation (0 off, 1 error, 2 debug). Atomic: one
+ * thread may create a context (and set it) while another records a failure (and reads it). */
+extern _Atomic int ember__log_level;
 
 #endif

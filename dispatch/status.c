@@ -6,7 +6,7 @@
 
 #include "internal.h"
 
-int ember__log_level = 0;
+_Atomic int ember__log_level = 0;
 
 const char *ember_status_name(ember_status s) {
     switch (s) {

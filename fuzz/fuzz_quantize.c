@@ -9,7 +9,7 @@
  *   positive; F32 input with an integer type dequantizes to within half a step of the input
  *   (|x - x'| <= s/2, s the effective scale of the element's block; not for subnormal scales,
  *   whose rounding can push amax / s past the range, as in burn, nor for a scale saturated at
- *   its dtype's largest value); quantizing twice gives the
+ *   its dtype's largest value, nor where s * q overflows f32 near FLT_MAX); quantizing twice gives the
  *   same bytes; to_bytes -> from_bytes -> to_bytes is the identity; with EMBER_FUZZ_OPENCL=1,
  *   quantizing on the OpenCL device gives the same bytes as on the CPU (API.md: identical on
  *   every device);
@@ -161,6 +161,11 @@ static void fz_one(const uint8_t *data, size_t size) {
             /* a scale saturated at its dtype's largest value (UE4M3: 448, F16: 65504) cannot
              * cover amax: values clamp, by design */
             if (step >= (double)sat)
+                continue;
+            /* the full-range formats (Q8F/Q4F/Q2F: q down to -2^(b-1), s = 2 amax / (2^b - 1))
+             * can dequantize an input near FLT_MAX to s * q beyond it: +-inf in f32, as burn's
+             * own multiply gives */
+            if (isinf(y[i]) && fabs((double)xf[i]) > 1e38)
                 continue;
             if (!(err <= 0.5 * step * (1 + 1e-6) + 1e-6 * fabs((double)xf[i]))) {
                 fprintf(stderr, "element %zu: x %.9g dequantized %.9g, scale %.9g\n", i,

@@ -4,7 +4,8 @@
  * - Activation: always in memory; on disk only when EMBER_OPENCL_CACHE_DIR names a directory.
  * - Key: in memory (device, source text, options); on disk a 64-bit FNV-1a hash of (source,
  *   options, device name, device version, driver version, platform version), the file
- *   <dir>/ember-<16 hex>.clbin holding the binary clGetProgramInfo(CL_PROGRAM_BINARIES) gave.
+ *   <dir>/ember-<16 hex>.clbin holding the binary clGetProgramInfo(CL_PROGRAM_BINARIES) gave,
+ *   behind a header with its length and hash (checked before the driver sees it).
  * - Concurrency: the device's lock is held while a program is looked up and built, so two
  *   threads never build the same program twice; a disk file is written to <file>.<pid>.<n>.tmp
  *   and renamed into place.
@@ -128,7 +129,7 @@ static void disk_path(const ember__cl_state *s, uint64_t key, char *buf, size_t 
 
 static uint64_t disk_key(const ember__cl_device *d, const char *src, const char *options) {
     uint64_t h = 0xcbf29ce484222325ull;
-    h = fnv1a_str(h, "ember-clbin-1");
+    h = fnv1a_str(h, "ember-clbin-2"); /* 2: files carry a checked header (below) */
     h = fnv1a_str(h, src);
     h = fnv1a_str(h, options);
     h = fnv1a_str(h, d->name);
@@ -136,6 +137,25 @@ static uint64_t disk_key(const ember__cl_device *d, const char *src, const char 
     h = fnv1a_str(h, d->driver);
     h = fnv1a_str(h, d->platform_version);
     return h;
+}
+
+/* A cache file is a 24-byte header, then the driver's binary: "EMBRCLB2", the binary's length
+ * and its FNV-1a hash (both u64 little-endian). A file that is short, long, truncated or altered
+ * never reaches the driver: drivers parse binaries without bounds checks (PoCL reads past the end
+ * of a 12-byte file; found by valgrind on test_opencl_build's corrupt-file case). */
+#define DISK_MAGIC "EMBRCLB2"
+#define DISK_HEADER 24
+
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
 }
 
 /* A built program from the disk cache, or NULL (silently) on any problem. */
@@ -146,24 +166,30 @@ static cl_program disk_load(const ember__cl_state *s, const ember__cl_device *d,
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    unsigned char *bin = NULL;
+    unsigned char *file = NULL;
     long len = -1;
     if (fseek(f, 0, SEEK_END) == 0)
         len = ftell(f);
-    if (len > 0 && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
-        (bin = ember__malloc((size_t)len)) != NULL &&
-        fread(bin, 1, (size_t)len, f) != (size_t)len) {
-        ember__free(bin);
-        bin = NULL;
+    if (len > DISK_HEADER && len < (1l << 30) && fseek(f, 0, SEEK_SET) == 0 &&
+        (file = ember__malloc((size_t)len)) != NULL &&
+        fread(file, 1, (size_t)len, f) != (size_t)len) {
+        ember__free(file);
+        file = NULL;
     }
     fclose(f);
-    if (!bin)
+    if (!file)
         return NULL;
-    size_t blen = (size_t)len;
+    const unsigned char *bin = file + DISK_HEADER;
+    size_t blen = (size_t)len - DISK_HEADER;
+    if (memcmp(file, DISK_MAGIC, 8) != 0 || get_u64(file + 8) != (uint64_t)blen ||
+        get_u64(file + 16) != fnv1a(0xcbf29ce484222325ull, bin, blen)) {
+        ember__free(file);
+        return NULL;
+    }
     const unsigned char *bins[1] = {bin};
     cl_int status = CL_SUCCESS, err = CL_SUCCESS;
     cl_program p = clCreateProgramWithBinary(d->ctx, 1, &d->id, &blen, bins, &status, &err);
-    ember__free(bin);
+    ember__free(file);
     if (!p || err != CL_SUCCESS || status != CL_SUCCESS) {
         if (p)
             clReleaseProgram(p);
@@ -193,7 +219,12 @@ static void disk_store(const ember__cl_state *s, uint64_t key, cl_program p) {
                  __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
         FILE *f = fopen(tmp, "wb");
         if (f) {
-            int ok = fwrite(bin, 1, blen, f) == blen;
+            unsigned char head[DISK_HEADER];
+            memcpy(head, DISK_MAGIC, 8);
+            put_u64(head + 8, (uint64_t)blen);
+            put_u64(head + 16, fnv1a(0xcbf29ce484222325ull, bin, blen));
+            int ok = fwrite(head, 1, sizeof head, f) == sizeof head;
+            ok = ok && fwrite(bin, 1, blen, f) == blen;
             ok = (fclose(f) == 0) && ok;
             if (!ok || rename(tmp, path) != 0)
                 remove(tmp);

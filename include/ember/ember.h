@@ -10,8 +10,8 @@
  *   ember_tensor_free) must not be used by another thread during that call.
  * - ember_last_error() and its status/location are per thread: a failure on one thread never
  *   changes what another thread reads.
- * - Nothing in ember keeps global mutable state besides the allocator's counters (atomic) and the
- *   EMBER_LOG level read at context creation. */
+ * - Nothing in ember keeps global mutable state besides the allocator's counters and the EMBER_LOG
+ *   level stored at each context creation, both atomic. */
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
 
