@@ -44,6 +44,42 @@ static void test_block_grid_of_huge_dim(void) {
     }
 }
 
+/* backends/opencl/cl_quant.c repeated the same block-grid ceil (dequantize / quantize on the
+ * device): the empty tensor of test_block_grid_of_huge_dim, on OpenCL device 0 (fuzz_qbytes with
+ * EMBER_FUZZ_OPENCL=1). Skipped without a device. */
+static void test_block_grid_of_huge_dim_opencl(void) {
+    ember_context *cl = NULL;
+    ember_options o = ember_options_default();
+    o.num_threads = 1;
+    TU_OK(ember_context_create(&o, &cl));
+    if (ember_device_count(cl, EMBER_BACKEND_OPENCL) == 0) {
+        ember_context_destroy(cl);
+        return;
+    }
+    const ember_device dev = {EMBER_BACKEND_OPENCL, 0};
+    const int64_t block[] = {4};
+    ember_qscheme s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, block);
+    const int64_t shapes[][2] = {{0, INT64_MAX}, {INT64_MAX, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        ember_tensor *q = NULL, *y = NULL, *x = NULL, *qc = NULL;
+        unsigned char none[1] = {0};
+        /* requantize a CPU tensor onto the device (how the fuzzer got there), quantize there */
+        TU_OK(ember_qtensor_from_bytes(cl, TU_CPU, &s, 2, shapes[i], none, 0, &qc));
+        TU_OK(ember_requantize_to_device(qc, dev, &q));
+        TU_OK(ember_dequantize(q, &y));
+        ember_tensor_free(y);
+        ember_tensor_free(q);
+        q = NULL;
+        TU_OK(ember_tensor_from_data(cl, dev, EMBER_F32, 2, shapes[i], NULL, &x));
+        ember_status st = ember_quantize(x, &s, &q); /* dynamic needs whole blocks */
+        CU_ASSERT(st == (shapes[i][1] % 4 == 0 ? EMBER_OK : EMBER_ERR_BLOCK_SHAPE));
+        ember_tensor_free(q);
+        ember_tensor_free(x);
+        ember_tensor_free(qc);
+    }
+    ember_context_destroy(cl);
+}
+
 /* quant/scale.c: a two-level scheme's global scale had burn's floor FLT_MIN, so for a tiny tensor
  * g * s_b underflowed to 0 where a block scale sat at its dtype's smallest value, and a zero
  * element quantized as 0 / 0 = NaN: garbage codes, different on CPU and OpenCL (fuzz_quantize). */
@@ -85,6 +121,7 @@ int main(void) {
     CU_TestInfo tests[] = {
         {"block grid of a dim near INT64_MAX", test_block_grid_of_huge_dim},
         {"two-level scheme on a tiny tensor", test_two_level_tiny_tensor},
+        {"block grid of a dim near INT64_MAX, on OpenCL", test_block_grid_of_huge_dim_opencl},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {

@@ -55,7 +55,9 @@ static void block_geometry(const ember_qscheme *s, int rank, const int64_t *shap
         if (s->block_rank > 0 && j >= 0)
             b = s->block[j];
         block->s[d] = b;
-        grid->s[d] = s->block_rank > 0 ? (shape[d] + b - 1) / b : 1;
+        /* ceil without shape + b - 1, which overflows for a dim near INT64_MAX (as in
+         * quant/layout.c: reachable when another dim is 0) */
+        grid->s[d] = s->block_rank > 0 ? shape[d] / b + (shape[d] % b != 0) : 1;
         shp->s[d] = shape[d];
         nb *= (size_t)grid->s[d];
     }
