@@ -117,6 +117,8 @@ static void test_extremes(void) {
     ember_context_destroy(ctx);
 }
 
+static int g_sa_row; /* check_epilogue: the same A scale in all chunks of a row */
+
 /* Scale epilogue vs float64: C = sum_c sa[i,c] sb[c,j] dot_c */
 static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, int64_t kc,
                            int bits, int f16_scales) {
@@ -129,6 +131,10 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
     rand_i8(B, (size_t)(k * n), bits == 8 ? -127 : -7, bits == 8 ? 127 : 7);
     tu_rand_f32(&rng, sa, (size_t)(m * nch), 0.001f, 0.02f);
     tu_rand_f32(&rng, sb, (size_t)(nch * n), 0.001f, 0.02f);
+    if (g_sa_row) /* one A scale per row, repeated over its chunks */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t c = 1; c < nch; c++)
+                sa[i * nch + c] = sa[i * nch];
     if (f16_scales)
         for (int64_t i = 0; i < nch * n; i++)
             sb[i] = ember__f16_to_f32(ember__f32_to_f16(sb[i]));
@@ -189,6 +195,94 @@ static void test_epilogue(void) {
     check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
     check_epilogue(s, 40, 70, 1100, 0, 4, 0); /* 4-bit over several K slices */
     check_epilogue(s, 600, 300, 96, 0, 8, 0); /* several row and column tasks */
+    check_epilogue(s, 40, 70, 768, 256, 8, 0);  /* 8-bit, block 256: chunked tile path */
+    check_epilogue(s, 100, 70, 320, 64, 4, 1);  /* 4-bit, block 64: chunked, two steps */
+    check_epilogue(s, 45, 33, 160, 32, 4, 0);   /* 4-bit, block 32, odd chunk count */
+    g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
+    check_epilogue(s, 70, 50, 96, 32, 4, 0);
+    check_epilogue(s, 45, 33, 160, 32, 4, 1);
+    check_epilogue(s, 100, 70, 320, 64, 4, 1);
+    check_epilogue(s, 40, 70, 768, 256, 8, 0);
+    check_epilogue(s, 5, 70, 256, 32, 8, 0);
+    g_sa_row = 0;
+    ember_context_destroy(ctx);
+}
+
+/* The float-output tile path (AMX: whole-K blocks for K <= 2048, slices of 512 beyond, tasks of
+ * several row and column blocks): with unit scales and values small enough that every sum is
+ * exact in f32 (|sum| < 2^24), the float output equals the int32 sum exactly, on every tier. */
+static void test_float_path_exact(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const int64_t shapes[][3] = {
+        {300, 560, 700}, /* one K slice, 2 x 2 tasks, ragged edges */
+        {70, 100, 2500}, /* slices of 512, K not a multiple of 64 */
+        {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
+        {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
+        {33, 65, 2048},  /* exactly the whole-K limit */
+    };
+    for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
+        const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
+        int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
+        float *C = malloc((size_t)(m * n) * 4);
+        int32_t *ref = malloc((size_t)(m * n) * 4), *ref4 = malloc((size_t)(m * n) * 4);
+        int8_t *B4 = malloc((size_t)(k * n));
+        rand_i8(A, (size_t)(m * lda), -40, 40);
+        rand_i8(B, (size_t)(k * n), -40, 40); /* |sum| <= 2500 * 1600 < 2^24 */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int32_t r = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    r += (int32_t)A[i * lda + kk] * B[kk * n + j];
+                ref[i * n + j] = r;
+            }
+        for (int v = 0; v < 3; v++) {
+        /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256 (unit scales) */
+        const int bits = v == 1 ? 4 : 8;
+        const int64_t kc = v == 0 ? 0 : (v == 1 ? 32 : 256);
+        if (kc && k % kc)
+            continue;
+        if (bits == 4) { /* 4-bit values: the reference over the values clamped to [-8, 7] */
+            for (int64_t e = 0; e < k * n; e++)
+                B4[e] = (int8_t)(B[e] < -8 ? -8 : (B[e] > 7 ? 7 : B[e]));
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    int32_t r = 0;
+                    for (int64_t kk = 0; kk < k; kk++)
+                        r += (int32_t)A[i * lda + kk] * B4[kk * n + j];
+                    ref4[i * n + j] = r;
+                }
+        }
+        const int32_t *rf = bits == 4 ? ref4 : ref;
+        ember__qpack p;
+        TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
+        for (int t = 0; t < EMBER__QT_COUNT; t++) {
+            if (!ember__qtier_available((ember__qtier)t))
+                continue;
+            for (int64_t i = 0; i < m * n; i++)
+                C[i] = NAN;
+            TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
+            int bad = 0;
+            for (int64_t i = 0; i < m * n && !bad; i++)
+                if (!(C[i] == (float)rf[i])) {
+                    printf("\n  %s bits %d kc %lld m %lld n %lld k %lld: C[%lld] %g != %d",
+                           ember__qtier_name((ember__qtier)t), bits, (long long)kc,
+                           (long long)m, (long long)n, (long long)k, (long long)i,
+                           (double)C[i], rf[i]);
+                    bad = 1;
+                }
+            CU_ASSERT_FALSE(bad);
+        }
+        ember__qpack_free(&p);
+        }
+        free(A);
+        free(B);
+        free(C);
+        free(ref);
+        free(ref4);
+        free(B4);
+    }
     ember_context_destroy(ctx);
 }
 
@@ -692,6 +786,7 @@ int main(void) {
         {"exact int32, every tier, odd shapes", test_exact_int32},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
+        {"float-output tile path exact (unit scales)", test_float_path_exact},
         {"direct (unpacked) kernel for first decode calls", test_direct},
         {"AMX first-call kernel (B packed slice by slice)", test_raw},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},

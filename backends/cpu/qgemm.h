@@ -141,6 +141,8 @@ typedef struct ember__qjob {
     const int8_t *braw; /* AMX first calls: int8 B row-major (ldb), packed slice by slice into
                            the scratch instead of read from p->b (NULL otherwise) */
     int64_t ldb;
+    int sa_row; /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
+                   sa[i * nch]): a kernel may apply it once per row after the chunk sums */
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */

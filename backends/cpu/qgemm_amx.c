@@ -53,6 +53,22 @@ static void unpack_panel(const ember__qpack *p, int64_t j, uint8_t *dst) {
         }
 }
 
+/* 4-bit 32-column panel -> the 8-bit layout [kp/4][2][64], signed (the bias of 8 removed), for
+ * TDPBSSD: no row-sum correction afterwards */
+static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) {
+    const int64_t kp = p->kp;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
+    const uint8_t *src = p->b + (j / 32) * (kp / 8) * 128;
+    for (int64_t r = 0; r < kp / 8; r++)
+        for (int h = 0; h < 2; h++) {
+            __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
+            _mm512_store_si512(dst + 2 * r * 128 + h * 64,
+                               _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
+            _mm512_store_si512(dst + (2 * r + 1) * 128 + h * 64,
+                               _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
+        }
+}
+
 /* One 32 x 32 block, one K chunk [k0, k1), int32 sums into out[32][32]. */
 static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, const uint8_t *b1,
                        int64_t k0, int64_t k1, int ks, int32_t *out) {
@@ -116,6 +132,11 @@ static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb
  * into L2 meanwhile. In the last slice the f32 scaling of each block is spread over the K steps
  * of the next block of the same panel (vector work while the tile unit multiplies). */
 #define KSLICE 512
+/* The K slice of a task: the whole (padded) K up to 2048, so that each 32 x 32 block accumulates
+ * in its tiles from start to end (no int32 round trips through scratch, one drain per block);
+ * slices of 512 beyond (the driver then uses taller tasks, see qgemm_run). First calls (raw B)
+ * keep 512: their scratch holds one 512-deep slice. */
+#define KSLICE_FULL 2048
 
 /* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
 static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
@@ -135,7 +156,9 @@ static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t
 static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             uint8_t *unp, int32_t (*acc)[32 * 32]) {
     const ember__qpack *p = jb->p;
-    const int64_t kp = p->kp, nkb = (kp + KSLICE - 1) / KSLICE;
+    const int64_t kp = p->kp;
+    const int64_t KSL = !jb->braw && kp <= KSLICE_FULL ? kp : KSLICE;
+    const int64_t nkb = (kp + KSL - 1) / KSL;
     int32_t buf[2][32 * 32] __attribute__((aligned(64)));
     if (i1 > jb->m)
         i1 = jb->m;
@@ -143,7 +166,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         j1 = p->n;
     const int64_t nip = (i1 - i0 + 31) / 32, njp = (j1 - j0 + 31) / 32;
     for (int64_t kb = 0; kb < nkb; kb++) {
-        const int64_t kbeg = kb * KSLICE, kend = kbeg + KSLICE < kp ? kbeg + KSLICE : kp;
+        const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
         const int64_t steps = (kend - kbeg) / 64;
         const int last = kb == nkb - 1;
         const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
@@ -177,7 +200,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 else if (!last)
                     nx = (const char *)(p->b + (j0 / 32) * (kp / 4) * 128 + kend * 32);
             }
-            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSLICE < kp ? KSLICE : kp - kend)) * 32 : 0;
+            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSL < kp ? KSL : kp - kend)) * 32 : 0;
             const int64_t slice = nxbytes / nip, per_step = slice / steps;
             const int64_t nv = p->n - j;
             const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
@@ -240,6 +263,170 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     }
 }
 
+/* Scale one chunk's 32 x 32 int32 sums into the float block: first chunk (mode 0) stores
+ * x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes rows of C. */
+static inline __attribute__((always_inline)) void epi_chunk(const ember__qjob *jb,
+                                                            const int32_t *buf, float *facc,
+                                                            int64_t i, int64_t j, int64_t c,
+                                                            int64_t rows, int mode, int sgn,
+                                                            __mmask16 k0m, __mmask16 k1m) {
+    const ember__qpack *p = jb->p;
+    const int64_t nch = p->nch;
+    __m512 s0, s1;
+    if (p->sb16) {
+        const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
+        s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
+        s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
+    } else {
+        const float *sb = (const float *)p->sb + c * p->np + j;
+        s0 = _mm512_loadu_ps(sb);
+        s1 = _mm512_loadu_ps(sb + 16);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        __m512i y0 = _mm512_load_si512(buf + r * 32), y1 = _mm512_load_si512(buf + r * 32 + 16);
+        if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
+            const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
+            y0 = _mm512_sub_epi32(y0, corr);
+            y1 = _mm512_sub_epi32(y1, corr);
+        }
+        const __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
+        __m512 x0 = _mm512_cvtepi32_ps(y0), x1 = _mm512_cvtepi32_ps(y1);
+        if (jb->sa_row) { /* sum x * sb over the chunks, times the row's A scale at the end */
+            if (mode) {
+                x0 = _mm512_fmadd_ps(x0, s0, _mm512_load_ps(facc + r * 32));
+                x1 = _mm512_fmadd_ps(x1, s1, _mm512_load_ps(facc + r * 32 + 16));
+            } else {
+                x0 = _mm512_mul_ps(x0, s0);
+                x1 = _mm512_mul_ps(x1, s1);
+            }
+            if (mode == 2) {
+                x0 = _mm512_mul_ps(x0, sar);
+                x1 = _mm512_mul_ps(x1, sar);
+            }
+        } else if (mode) {
+            x0 = _mm512_fmadd_ps(x0, _mm512_mul_ps(sar, s0), _mm512_load_ps(facc + r * 32));
+            x1 = _mm512_fmadd_ps(x1, _mm512_mul_ps(sar, s1), _mm512_load_ps(facc + r * 32 + 16));
+        } else {
+            x0 = _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0));
+            x1 = _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1));
+        }
+        if (mode == 2) {
+            float *o = jb->c + (i + r) * jb->ldc + j;
+            _mm512_mask_storeu_ps(o, k0m, x0);
+            _mm512_mask_storeu_ps(o + 16, k1m, x1);
+        } else {
+            _mm512_store_ps(facc + r * 32, x0);
+            _mm512_store_ps(facc + r * 32 + 16, x1);
+        }
+    }
+}
+
+/* Several K chunks (scale blocks along K, kc % 32 == 0), float output: per 32 x 32 block the
+ * chunks are multiplied in turn, and the scaling of chunk c - 1 (vector work) is issued while the
+ * tile unit multiplies chunk c (two int32 buffers). 4-bit panels are unpacked once per task
+ * panel and serve every row block of the task. Same sums as the other paths: exact int32 per
+ * chunk, then mul (x * (sa * sb)) and add in chunk order. */
+static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                          int ks, uint8_t *unp) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
+    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
+    float facc[32 * 32] __attribute__((aligned(64)));
+    if (i1 > jb->m)
+        i1 = jb->m;
+    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
+        const uint8_t *b0;
+        const int sgn = p->bits == 4; /* 4-bit: signed panel, TDPBSSD, no correction */
+        if (p->bits == 8) {
+            b0 = p->b + (j / 32) * (kp / 4) * 128;
+        } else {
+            unpack_panel_signed(p, j, unp);
+            b0 = unp;
+        }
+        const uint8_t *b1 = b0 + 64;
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        for (int64_t i = i0; i < i1; i += 32) {
+            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a1 = a0 + 1024;
+            const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
+            if (kc == ks && sgn) {
+                /* one tile step per chunk: the two 16-row halves staggered, so that the tile
+                 * unit multiplies one half while the other half's sums are stored */
+                for (int64_t c = 0; c < nch; c++) {
+                    const int64_t k = c * kc, ao = (k / 64) * 2048 + (k % 64);
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_loadd(4, a0 + ao, 64);
+                    _tile_loadd(6, b0 + k * 32, 128);
+                    _tile_loadd(7, b1 + k * 32, 128);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_dpbssd(1, 4, 7);
+                    if (c > 0) {
+                        _tile_stored(2, buf[(c - 1) & 1] + 16 * 32, 128);
+                        _tile_stored(3, buf[(c - 1) & 1] + 16 * 32 + 16, 128);
+                    }
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    _tile_loadd(5, a1 + ao, 64);
+                    _tile_dpbssd(2, 5, 6);
+                    _tile_dpbssd(3, 5, 7);
+                    if (c > 0)
+                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1,
+                                  k0m, k1m);
+                    _tile_stored(0, buf[c & 1], 128);
+                    _tile_stored(1, buf[c & 1] + 16, 128);
+                }
+                _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
+                _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
+                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
+                continue;
+            }
+            for (int64_t c = 0; c < nch; c++) {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                if (sgn)
+                    for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
+                        const int64_t ao = (k / 64) * 2048 + (k % 64);
+                        _tile_loadd(4, a0 + ao, 64);
+                        _tile_loadd(6, b0 + k * 32, 128);
+                        _tile_dpbssd(0, 4, 6);
+                        _tile_loadd(7, b1 + k * 32, 128);
+                        _tile_dpbssd(1, 4, 7);
+                        _tile_loadd(5, a1 + ao, 64);
+                        _tile_dpbssd(2, 5, 6);
+                        _tile_dpbssd(3, 5, 7);
+                    }
+                else
+                    for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
+                        const int64_t ao = (k / 64) * 2048 + (k % 64);
+                        _tile_loadd(4, a0 + ao, 64);
+                        _tile_loadd(6, b0 + k * 32, 128);
+                        _tile_dpbsud(0, 4, 6);
+                        _tile_loadd(7, b1 + k * 32, 128);
+                        _tile_dpbsud(1, 4, 7);
+                        _tile_loadd(5, a1 + ao, 64);
+                        _tile_dpbsud(2, 5, 6);
+                        _tile_dpbsud(3, 5, 7);
+                    }
+                if (c > 0)
+                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn,
+                              k0m, k1m);
+                int32_t *dst = buf[c & 1];
+                _tile_stored(0, dst, 128);
+                _tile_stored(1, dst + 16, 128);
+                _tile_stored(2, dst + 16 * 32, 128);
+                _tile_stored(3, dst + 16 * 32 + 16, 128);
+            }
+            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, sgn, k0m, k1m);
+        }
+    }
+}
+
 void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread) {
     const ember__qpack *p = jb->p;
@@ -260,6 +447,11 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
         ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
                 (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES)) {
         block_pipelined(jb, i0, i1, j0, j1, unp, acc);
+        _tile_release();
+        return;
+    }
+    if (nch > 1 && jb->c) {
+        block_chunked(jb, i0, i1, j0, j1, ks, unp);
         _tile_release();
         return;
     }
