@@ -24,38 +24,9 @@
 #include <ember/ember.h>
 
 #include "blas_coretype.h" /* ember's own tools: OpenBLAS on the right core (README.md) */
+#include "example_util.h"
 
 enum { D_MODEL = 4096, D_FF = 11008, MAX_REPS = 101 };
-
-#define CHECK(expr) check_ok((expr), #expr, __LINE__)
-static void check_ok(ember_status st, const char *what, int line) {
-    if (st == EMBER_OK)
-        return;
-    fflush(stdout);
-    fprintf(stderr, "decode_step.c:%d: %s\n  -> %s: %s\n", line, what, ember_status_name(st),
-            ember_last_error());
-    exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "decode_step: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static uint64_t rng_state = 0xdec0de5eedull;
 static void fill_uniform(float *p, size_t n, double lim) {

@@ -32,40 +32,10 @@
 #include <ember/ember.h>
 
 #include "blas_coretype.h" /* ember's own tools: OpenBLAS on the right core (README.md) */
+#include "example_util.h"
 
 enum { N_ALL = 1797, N_FEAT = 64, N_CLASS = 10, N_LAYERS = 3, N_SCHEMES = 3 };
 static const int64_t DIMS[N_LAYERS + 1] = {N_FEAT, 128, 64, N_CLASS};
-
-/* An example may stop at the first error: say what failed and why, and exit. */
-#define CHECK(expr) check_ok((expr), #expr, __LINE__)
-static void check_ok(ember_status st, const char *what, int line) {
-    if (st == EMBER_OK)
-        return;
-    fflush(stdout);
-    fprintf(stderr, "mlp_digits.c:%d: %s\n  -> %s: %s\n", line, what, ember_status_name(st),
-            ember_last_error());
-    exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "mlp_digits: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* xorshift64*: the data split, the shuffles and the initial weights all come from one seed. */
 static uint64_t rng_state = 0x5eed0f0d161757ull;
