@@ -27,8 +27,11 @@ static ember_status check_float(const char *op, const char *what, const ember_te
     return EMBER_OK;
 }
 
-static ember_status check_same_dtype(const char *op, const ember_tensor *a, const char *wa,
+/* Two float operands (check_float on each, in order) of one dtype. */
+static ember_status check_float_pair(const char *op, const ember_tensor *a, const char *wa,
                                      const ember_tensor *b, const char *wb) {
+    EMBER_TRY(check_float(op, wa, a));
+    EMBER_TRY(check_float(op, wb, b));
     EMBER_FAIL_IF(a->dtype != b->dtype, EMBER_ERR_DTYPE_MISMATCH,
                   "%s: %s is %s but %s is %s (operands must share a float dtype)", op, wa,
                   ember_dtype_name(a->dtype), wb, ember_dtype_name(b->dtype));
@@ -36,8 +39,8 @@ static ember_status check_same_dtype(const char *op, const ember_tensor *a, cons
 }
 
 /* burn's "Can't differentiate ..." sentinel: a tracked input to a backward op is second order. */
-static ember_status check_untracked(const char *op, const ember_tensor *t, const char *what) {
-    (void)what; /* burn's text, exactly: the op is all it names */
+/* burn's text, exactly: the op is all it names. */
+static ember_status check_untracked(const char *op, const ember_tensor *t) {
     EMBER_FAIL_IF(t->autodiff != EMBER_AUTODIFF_DISABLED, EMBER_ERR_NOT_DIFFERENTIABLE,
                   "Can't differentiate %s.", op);
     return EMBER_OK;
@@ -187,9 +190,7 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     if (a->dtype == EMBER_QFLOAT || b->dtype == EMBER_QFLOAT)
         return ember_q_matmul(a, b, out);
     EMBER_TRY(ember__check_same_device("matmul", a, b));
-    EMBER_TRY(check_float("matmul", "lhs", a));
-    EMBER_TRY(check_float("matmul", "rhs", b));
-    EMBER_TRY(check_same_dtype("matmul", a, "lhs", b, "rhs"));
+    EMBER_TRY(check_float_pair("matmul", a, "lhs", b, "rhs"));
     ember_autodiff ad;
     EMBER_TRY(ember__autodiff_merge("matmul", a->autodiff, b->autodiff, &ad));
 
@@ -273,9 +274,7 @@ ember_status ember_linear(const ember_tensor *x, const ember_tensor *w, const em
     if (w->dtype == EMBER_QFLOAT || x->dtype == EMBER_QFLOAT)
         return linear_quantized(x, w, bias, out);
     EMBER_TRY(ember__check_same_device("linear", x, w));
-    EMBER_TRY(check_float("linear", "x", x));
-    EMBER_TRY(check_float("linear", "weight", w));
-    EMBER_TRY(check_same_dtype("linear", x, "x", w, "weight"));
+    EMBER_TRY(check_float_pair("linear", x, "x", w, "weight"));
     char s1[200], s2[200];
     if (w->rank != 2 || x->shape[x->rank - 1] != w->shape[0])
         EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
@@ -335,9 +334,7 @@ static ember_status binary(const char *op, ember__binop kind, const ember_tensor
     EMBER_TRY(ember__check_tensor(a, wa));
     EMBER_TRY(ember__check_tensor(b, wb));
     EMBER_TRY(ember__check_same_device(op, a, b));
-    EMBER_TRY(check_float(op, "lhs", a));
-    EMBER_TRY(check_float(op, "rhs", b));
-    EMBER_TRY(check_same_dtype(op, a, "lhs", b, "rhs"));
+    EMBER_TRY(check_float_pair(op, a, "lhs", b, "rhs"));
     ember_autodiff ad;
     EMBER_TRY(ember__autodiff_merge(op, a->autodiff, b->autodiff, &ad));
     ember__bcast bc;
@@ -378,11 +375,9 @@ ember_status ember_linear_x_backward(const ember_tensor *w, const ember_tensor *
     EMBER_TRY(ember__check_tensor(w, "linear_x_backward weight"));
     EMBER_TRY(ember__check_tensor(dy, "linear_x_backward output_grad"));
     EMBER_TRY(ember__check_same_device(op, w, dy));
-    EMBER_TRY(check_untracked(op, w, "weight"));
-    EMBER_TRY(check_untracked(op, dy, "output_grad"));
-    EMBER_TRY(check_float(op, "weight", w));
-    EMBER_TRY(check_float(op, "output_grad", dy));
-    EMBER_TRY(check_same_dtype(op, w, "weight", dy, "output_grad"));
+    EMBER_TRY(check_untracked(op, w));
+    EMBER_TRY(check_untracked(op, dy));
+    EMBER_TRY(check_float_pair(op, w, "weight", dy, "output_grad"));
     char s1[200], s2[200];
     if (w->rank != 2 || dy->shape[dy->rank - 1] != w->shape[1])
         EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
@@ -424,11 +419,9 @@ ember_status ember_linear_weight_backward(const ember_tensor *x, const ember_ten
     EMBER_TRY(ember__check_tensor(x, "linear_weight_backward x"));
     EMBER_TRY(ember__check_tensor(dy, "linear_weight_backward output_grad"));
     EMBER_TRY(ember__check_same_device(op, x, dy));
-    EMBER_TRY(check_untracked(op, x, "x"));
-    EMBER_TRY(check_untracked(op, dy, "output_grad"));
-    EMBER_TRY(check_float(op, "x", x));
-    EMBER_TRY(check_float(op, "output_grad", dy));
-    EMBER_TRY(check_same_dtype(op, x, "x", dy, "output_grad"));
+    EMBER_TRY(check_untracked(op, x));
+    EMBER_TRY(check_untracked(op, dy));
+    EMBER_TRY(check_float_pair(op, x, "x", dy, "output_grad"));
     int same = x->rank == dy->rank;
     for (int i = 0; same && i < x->rank - 1; i++)
         same = x->shape[i] == dy->shape[i];
@@ -467,7 +460,7 @@ ember_status ember_linear_bias_backward(const ember_tensor *dy, ember_tensor **d
     EMBER_FAIL_IF(!db, EMBER_ERR_INVALID_ARGUMENT, "%s: db is NULL", op);
     *db = NULL;
     EMBER_TRY(ember__check_tensor(dy, "linear_bias_backward output_grad"));
-    EMBER_TRY(check_untracked(op, dy, "output_grad"));
+    EMBER_TRY(check_untracked(op, dy));
     EMBER_TRY(check_float(op, "output_grad", dy));
     const int64_t d_out = dy->shape[dy->rank - 1];
     int64_t rows = 1;
