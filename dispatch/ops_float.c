@@ -38,8 +38,8 @@ static ember_status check_float_pair(const char *op, const ember_tensor *a, cons
     return EMBER_OK;
 }
 
-/* burn's "Can't differentiate ..." sentinel: a tracked input to a backward op is second order. */
-/* burn's text, exactly: the op is all it names. */
+/* burn's "Can't differentiate ..." sentinel: a tracked input to a backward op is second order.
+ * burn's text, exactly: the op is all it names. */
 static ember_status check_untracked(const char *op, const ember_tensor *t) {
     EMBER_FAIL_IF(t->autodiff != EMBER_AUTODIFF_DISABLED, EMBER_ERR_NOT_DIFFERENTIABLE,
                   "Can't differentiate %s.", op);
