@@ -136,6 +136,11 @@ ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const
                               const char *options, const char *kernel, int nargs,
                               const ember__cl_arg *args, cl_uint dims, const size_t *global,
                               const size_t *local);
+/* The kernel-running half of ember__cl_launch, for a program obtained otherwise (the PTX module
+ * of cl_qmatmul_mma.c): create the kernel, set its arguments, enqueue it; DEVICE on failure. */
+ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, cl_program p,
+                                  const char *kernel, int nargs, const ember__cl_arg *args,
+                                  cl_uint dims, const size_t *global, const size_t *local);
 
 /* Temporary device buffers for the ops (offset tables, scales): created from host data
  * (data may be NULL for an uninitialised one). bytes 0 is allowed (a 1-byte buffer). */

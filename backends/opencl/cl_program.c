@@ -333,17 +333,9 @@ ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name
     EMBER_FAIL(EMBER_ERR_INVALID_ARGUMENT, "opencl: no embedded kernel source named \"%s\"", name);
 }
 
-ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const char *prog,
-                              const char *options, const char *kernel, int nargs,
-                              const ember__cl_arg *args, cl_uint dims, const size_t *global,
-                              const size_t *local) {
-    for (cl_uint i = 0; i < dims; i++)
-        if (global[i] == 0)
-            return EMBER_OK; /* nothing to do */
-    char opts[512];
-    ember__cl_base_options(&s->dev[dev], options, opts, sizeof opts);
-    cl_program p;
-    EMBER_TRY(ember__cl_program_get(s, dev, prog, opts, &p));
+ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, cl_program p,
+                                  const char *kernel, int nargs, const ember__cl_arg *args,
+                                  cl_uint dims, const size_t *global, const size_t *local) {
     cl_int err = CL_SUCCESS;
     cl_kernel k = clCreateKernel(p, kernel, &err);
     if (!k || err != CL_SUCCESS)
@@ -360,6 +352,20 @@ ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const
     if (err != CL_SUCCESS)
         return ember__cl_fail(op, "clEnqueueNDRangeKernel", dev, err);
     return EMBER_OK;
+}
+
+ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const char *prog,
+                              const char *options, const char *kernel, int nargs,
+                              const ember__cl_arg *args, cl_uint dims, const size_t *global,
+                              const size_t *local) {
+    for (cl_uint i = 0; i < dims; i++)
+        if (global[i] == 0)
+            return EMBER_OK; /* nothing to do */
+    char opts[512];
+    ember__cl_base_options(&s->dev[dev], options, opts, sizeof opts);
+    cl_program p;
+    EMBER_TRY(ember__cl_program_get(s, dev, prog, opts, &p));
+    return ember__cl_run_kernel(s, dev, op, p, kernel, nargs, args, dims, global, local);
 }
 
 ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t bytes,

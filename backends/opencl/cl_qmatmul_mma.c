@@ -101,22 +101,7 @@ static ember_status launch_ptx(ember__cl_state *s, int dev, const char *kernel, 
                                const ember__cl_arg *args, const size_t *global, const size_t *local) {
     cl_program p = NULL;
     EMBER_TRY(ptx_program(s, dev, &p));
-    cl_int err = CL_SUCCESS;
-    cl_kernel k = clCreateKernel(p, kernel, &err);
-    if (!k || err != CL_SUCCESS)
-        return ember__cl_fail("q_matmul", "clCreateKernel", dev, err);
-    for (int i = 0; i < nargs; i++) {
-        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
-        if (err != CL_SUCCESS) {
-            clReleaseKernel(k);
-            return ember__cl_fail("q_matmul", "clSetKernelArg", dev, err);
-        }
-    }
-    err = clEnqueueNDRangeKernel(s->dev[dev].queue, k, 2, NULL, global, local, 0, NULL, NULL);
-    clReleaseKernel(k);
-    if (err != CL_SUCCESS)
-        return ember__cl_fail("q_matmul", "clEnqueueNDRangeKernel", dev, err);
-    return EMBER_OK;
+    return ember__cl_run_kernel(s, dev, "q_matmul", p, kernel, nargs, args, 2, global, local);
 }
 
 /* The generic path's run (the last path of ember__cl_qpath_at). */
