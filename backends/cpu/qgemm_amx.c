@@ -263,6 +263,20 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     }
 }
 
+/* The 32 column scales of B for K chunk c, columns [j, j + 32), as f32 (stored F16 or F32). */
+static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0,
+                              __m512 *s1) {
+    if (p->sb16) {
+        const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
+        *s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
+        *s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
+    } else {
+        const float *sb = (const float *)p->sb + c * p->np + j;
+        *s0 = _mm512_loadu_ps(sb);
+        *s1 = _mm512_loadu_ps(sb + 16);
+    }
+}
+
 /* Scale one chunk's 32 x 32 int32 sums into the float block: first chunk (mode 0) stores
  * x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes rows of C. */
 static inline __attribute__((always_inline)) void epi_chunk(const ember__qjob *jb,
@@ -273,15 +287,7 @@ static inline __attribute__((always_inline)) void epi_chunk(const ember__qjob *j
     const ember__qpack *p = jb->p;
     const int64_t nch = p->nch;
     __m512 s0, s1;
-    if (p->sb16) {
-        const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
-        s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
-        s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
-    } else {
-        const float *sb = (const float *)p->sb + c * p->np + j;
-        s0 = _mm512_loadu_ps(sb);
-        s1 = _mm512_loadu_ps(sb + 16);
-    }
+    col_scales(p, c, j, &s0, &s1);
     for (int64_t r = 0; r < rows; r++) {
         __m512i y0 = _mm512_load_si512(buf + r * 32), y1 = _mm512_load_si512(buf + r * 32 + 16);
         if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
@@ -486,15 +492,7 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                     continue;
                 }
                 __m512 s0, s1;
-                if (p->sb16) {
-                    const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
-                    s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
-                    s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
-                } else {
-                    const float *sb = (const float *)p->sb + c * p->np + j;
-                    s0 = _mm512_loadu_ps(sb);
-                    s1 = _mm512_loadu_ps(sb + 16);
-                }
+                col_scales(p, c, j, &s0, &s1);
                 for (int64_t r = 0; r < rows; r++) {
                     __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
                     __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
