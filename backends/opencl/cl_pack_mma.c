@@ -40,7 +40,7 @@ void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_
 
 size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn)
 {
-    if (k <= 0 || n <= 0 || (bn != 128 && bn != 256)) return 0;
+    if (k <= 0 || n <= 0 || (bn != 64 && bn != 128 && bn != 256)) return 0;
     uint64_t nt = ((uint64_t)n + (uint64_t)bn - 1u) / (uint64_t)bn, nst = 2u * (((uint64_t)k + 63u) / 64u);
     uint64_t stage = (uint64_t)bn * 32u;
     if (nt > SIZE_MAX / stage / nst) return 0;

@@ -18,7 +18,7 @@ size_t ember__cl_pack_b_mma_size(int64_t k, int64_t n);
 void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n,
                           int8_t *dst);
 
-/* Bytes of the packed copy of B for the sm_90a wgmma kernels of tile width bn (128 or 256):
+/* Bytes of the packed copy of B for the sm_90a wgmma kernels of tile width bn (64, 128 or 256):
  * ceil(N/bn) * 2 * ceil(K/64) * bn * 32. @return : 0 on a bad argument or overflow. */
 size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn);
 

@@ -136,14 +136,35 @@ typedef struct wg_variant {
     const char *name, *kname;
     int bm, bn, nthr;
     int swap;       /* descriptor LBO/SBO swapped (diagnostic, edge shapes only) */
+    int cl;         /* CTAs per cluster (2: pairs of M tiles sharing multicast B stages) */
     cl_kernel k;
 } wg_variant;
 static wg_variant wgv[] = {
-    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 0},
-    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 0},
-    {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 0},
+    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 1, 0},
+    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 1, 0},
+    {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 1, 0},
+    {"wgmma_128x128_a3l2", "qgemm_wgmma_128x128_a3l2", 128, 128, 256, 0, 1, 0},
+    {"wgmma_128x128_s6l2", "qgemm_wgmma_128x128_s6l2", 128, 128, 256, 0, 1, 0},
+    {"wgmma_128x64_s8", "qgemm_wgmma_128x64_s8", 128, 64, 256, 0, 1, 0},
+    {"wgmma_c2_128x128_a3", "qgemm_wgmma_c2_128x128_a3", 128, 128, 256, 0, 2, 0},
+    {"wgmma_c2_128x128_a3l2", "qgemm_wgmma_c2_128x128_a3l2", 128, 128, 256, 0, 2, 0},
+    {"wgmma_c2_128x128_s6l2", "qgemm_wgmma_c2_128x128_s6l2", 128, 128, 256, 0, 2, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
+
+/* is name one of the comma-separated names of list? */
+static int in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *c = strchr(p, ',');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n)) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static inline uint64_t xr(void)
@@ -172,10 +193,10 @@ typedef struct shape { int M, N, K, bench; } shape;
 
 /* one launch of variant v (tile / skinny / wgmma), C of ldc = N; returns the launch's events */
 typedef struct launch {
-    int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode;
+    int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode; int cl;
 } launch;
-/* packed-B buffer index of a launch: 0 mma fragment order, 1 wgmma bn 256, 2 wgmma bn 128 */
-static int pack_of(const launch *L) { return L->kind != V_WGMMA ? 0 : (L->bn == 256 ? 1 : 2); }
+/* packed-B buffer index of a launch: 0 mma fragment order, 1 wgmma bn 256, 2 wgmma bn 128, 3 bn 64 */
+static int pack_of(const launch *L) { return L->kind != V_WGMMA ? 0 : (L->bn == 256 ? 1 : L->bn == 128 ? 2 : 3); }
 
 static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, int M, int N, int K, cl_mem sa,
                     int sas, cl_mem sb, int sbs, cl_event *e0, cl_event *e1)
@@ -215,7 +236,9 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     if (L->kind == V_SKINNY) {
         gs[0] = (size_t)((N + 7) / 8) * (size_t)L->nthr;
     } else {
-        size_t tiles = (size_t)((M + L->bm - 1) / L->bm) * (size_t)((N + L->bn - 1) / L->bn);
+        size_t tm = (size_t)((M + L->bm - 1) / L->bm);
+        if (L->cl > 1) tm = (tm + (size_t)L->cl - 1) / (size_t)L->cl * (size_t)L->cl; /* whole clusters */
+        size_t tiles = tm * (size_t)((N + L->bn - 1) / L->bn);
         gs[0] = tiles * (size_t)L->nthr;
     }
     gs[1] = (size_t)L->splits;
@@ -335,11 +358,30 @@ int main(int argc, char **argv)
             clReleaseMemObject(s1); clReleaseMemObject(s2); clReleaseKernel(kp);
         }
     }
+    if (pw) {
+        cl_kernel kc = clCreateKernel(pw, "qgemm_cluster_probe", &e);
+        if (e == CL_SUCCESS) {
+            int out[16];
+            for (int i = 0; i < 16; i++) out[i] = -99;
+            cl_mem pc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 64, out, &e);
+            CK(e);
+            CK(clSetKernelArg(kc, 0, sizeof(cl_mem), &pc));
+            size_t g1 = 4 * 32, l1 = 32;
+            e = clEnqueueNDRangeKernel(q, kc, 1, NULL, &g1, &l1, 0, NULL, NULL);
+            cl_int e2 = clFinish(q);
+            cl_int e3 = clEnqueueReadBuffer(q, pc, CL_TRUE, 0, 64, out, 0, NULL, NULL);
+            printf("[cluster probe] enqueue %d finish %d read %d: (nctarank ctarank block peer)", e, e2, e3);
+            for (int i = 0; i < 4; i++) printf(" (%d %d %d %d)", out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+            printf("   want (2 r b 1000+(b^1))\n");
+            clReleaseMemObject(pc);
+            clReleaseKernel(kc);
+        } else printf("[cluster probe] kernel %d\n", e);
+    }
     const char *wg_only = getenv("EMBER_WG_ONLY");
     for (int w = 0; w < NWG; w++) {
         wgv[w].k = NULL;
         if (!pw) continue;
-        if (wg_only && strcmp(wg_only, wgv[w].kname)) continue;
+        if (wg_only && !in_list(wg_only, wgv[w].kname)) continue;
         wgv[w].k = clCreateKernel(pw, wgv[w].kname, &e);
         if (e != CL_SUCCESS) { printf("wgmma kernel %s: %d\n", wgv[w].kname, e); wgv[w].k = NULL; continue; }
         CK(clSetKernelArg(wgv[w].k, 14, sizeof(int), &wgv[w].swap));
@@ -382,19 +424,23 @@ int main(int argc, char **argv)
             double need = 256e6 / (double)(abytes + pbytes);
             nrot = need > 16 ? 16 : (need < 1 ? 1 : (int)ceil(need));
         }
-        size_t wbytes[2] = {ember__cl_pack_b_wgmma_size(K, N, 256), ember__cl_pack_b_wgmma_size(K, N, 128)};
-        int8_t *hw[2];
-        for (int i = 0; i < 2; i++) {
-            hw[i] = pw ? malloc(wbytes[i]) : NULL;
-            if (hw[i]) ember__cl_pack_b_wgmma(hb, K, N, N, 1, i ? 128 : 256, hw[i]);
+        static const int wbn[3] = {256, 128, 64};
+        size_t wbytes[3];
+        int8_t *hw[3];
+        for (int i = 0; i < 3; i++) {
+            int used = 0; /* pack only the layouts a loaded kernel reads */
+            for (int w = 0; w < NWG; w++) used |= wgv[w].k && wgv[w].bn == wbn[i];
+            wbytes[i] = ember__cl_pack_b_wgmma_size(K, N, wbn[i]);
+            hw[i] = pw && used ? malloc(wbytes[i]) : NULL;
+            if (hw[i]) ember__cl_pack_b_wgmma(hb, K, N, N, 1, wbn[i], hw[i]);
         }
-        cl_mem dA[16], dP[3][16];
+        cl_mem dA[16], dP[4][16];
         for (int r = 0; r < nrot; r++) {
             dA[r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, abytes, ha, &e);
             CK(e);
             dP[0][r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, pbytes, hp, &e);
             CK(e);
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < 3; i++) {
                 dP[1 + i][r] = NULL;
                 if (!hw[i]) continue;
                 dP[1 + i][r] = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wbytes[i], hw[i], &e);
@@ -409,8 +455,8 @@ int main(int argc, char **argv)
         cl_mem dC = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
         CK(e);
         {
-            size_t tiles = (size_t)((M + 127) / 128) * (size_t)((N + 127) / 128);
-            size_t wsb = tiles * 16 * 128 * 256 * 4; /* up to 16 splits of 128 x 256 tiles */
+            size_t tiles = (size_t)((M + 255) / 256 * 2) * (size_t)((N + 63) / 64); /* bn 64, whole clusters */
+            size_t wsb = tiles * 16 * 128 * 64 * 4; /* up to 16 splits */
             if (wsb > ((size_t)1 << 31)) wsb = (size_t)1 << 31;
             g_ws = clCreateBuffer(ctx, CL_MEM_READ_WRITE, wsb, NULL, &e);
             CK(e);
@@ -499,7 +545,7 @@ int main(int argc, char **argv)
             if (!V->k || only_wg) continue;
             if (V->max_m && M > V->max_m) continue;
             if (M < V->min_m && S.bench) continue;
-            launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0};
+            launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0, 1};
             int as = auto_splits(&L, M, N, K);
             if (V->kind == V_SKINNY && as == 1 && S.bench == 0) as = 2; /* exercise split-K on edges */
             Ls[nl] = L; lname[nl++] = V->name;
@@ -509,7 +555,7 @@ int main(int argc, char **argv)
         for (int w = 0; w < NWG; w++) {
             if (!wgv[w].k) continue;
             if (wgv[w].swap && S.bench) continue;
-            launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0};
+            launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0, wgv[w].cl};
             Ls[nl] = L; lname[nl++] = wgv[w].name;
             int as = auto_splits(&L, M, N, K);
             if (as > 1 || !S.bench) { L.splits = as > 1 ? as : 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }
@@ -590,9 +636,9 @@ int main(int argc, char **argv)
         }
         for (int r = 0; r < nrot; r++) {
             clReleaseMemObject(dA[r]);
-            for (int i = 0; i < 3; i++) if (dP[i][r]) clReleaseMemObject(dP[i][r]);
+            for (int i = 0; i < 4; i++) if (dP[i][r]) clReleaseMemObject(dP[i][r]);
         }
-        free(hw[0]); free(hw[1]);
+        free(hw[0]); free(hw[1]); free(hw[2]);
         clReleaseMemObject(dB); clReleaseMemObject(dR); clReleaseMemObject(dC);
         clReleaseMemObject(dsa); clReleaseMemObject(dsb);
         clReleaseMemObject(g_ws); clReleaseMemObject(g_cnt);

@@ -22,8 +22,9 @@ if [ -n "$CUDA_CHECK" ]; then
 fi
 [ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee -a $OUT/all.log
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
-  for k in qgemm_wgmma_128x256 qgemm_wgmma_128x128 qgemm_wgmma_128x128_a3; do
-    EMBER_WG_ONLY=$k EMBER_JSON=$k timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee -a $OUT/all.log
+  # WG_GROUPS: space-separated groups of comma-joined kernel names, one process (and JSON) per group
+  for k in ${WG_GROUPS:-qgemm_wgmma_128x256 qgemm_wgmma_128x128 qgemm_wgmma_128x128_a3}; do
+    EMBER_WG_ONLY=$k EMBER_JSON=$(echo $k | cut -c1-60 | tr , +) timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee -a $OUT/all.log
   done
 fi
 [ -n "$SKIP_CUBLAS" ] || PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu/cublas_ref.py $1 2>&1 | tee -a $OUT/all.log

@@ -78,6 +78,53 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
                  : "memory");
 }
 
+/* Cluster pieces (CL = 2): the B stage is multicast to both CTAs of a cluster, each CTA copying one half. */
+__device__ __forceinline__ void bulk_g2s_mc(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint16_t mask)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(mask)
+                 : "memory");
+}
+
+/* arrive on the barrier at the same offset in CTA `rank` of the cluster (release at cluster scope) */
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(smem_u32(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t *bar, uint32_t parity)
+{
+    asm volatile(
+        "{\n.reg .pred P1;\nWAITC_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 P1, [%0], %1;\n"
+        "@!P1 bra WAITC_%=;\n}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_nctarank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return r;
+}
+
+__device__ __forceinline__ uint32_t cluster_ctarank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
 __device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo)
 {
     uint64_t d = 0;
@@ -127,12 +174,16 @@ template <> __device__ __forceinline__ void wgmma_bn<256>(int *d, const unsigned
 {
     wgmma_n256(d, a, desc, 1);
 }
+template <> __device__ __forceinline__ void wgmma_bn<64>(int *d, const unsigned *a, uint64_t desc)
+{
+    wgmma_n64(d, a, desc, 1);
+}
 template <> __device__ __forceinline__ void wgmma_bn<128>(int *d, const unsigned *a, uint64_t desc)
 {
     wgmma_n128(d, a, desc, 1);
 }
 
-template <int BN, int STAGES, int DA>
+template <int BN, int STAGES, int DA, int CL, int LAG>
 __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
@@ -147,35 +198,53 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     const int nkb = (K + 63) >> 6;         /* k64 blocks */
     const int ntn = (N + BN - 1) / BN;     /* packed n tiles */
     const int ntm = (M + BM - 1) / BM;
-    const int pid = blockIdx.x;
+    /* CL = 2: a cluster of two CTAs takes two M tiles of one N tile (rank = blockIdx.x & 1) and
+     * shares the B stages (multicast); the grid is 2 * ceil(ntm / 2) * ntn CTAs */
+    const int rank = CL == 2 ? (int)(blockIdx.x & 1) : 0;
+    const int ntm_c = (ntm + CL - 1) / CL;
+    const int pid = blockIdx.x / CL;
     const int gw = 8 * ntn;
     const int first_m = (pid / gw) * 8;
-    const int gsz = min(ntm - first_m, 8);
-    const int pm = first_m + (pid % gw) % gsz;
+    const int gsz = min(ntm_c - first_m, 8);
+    const int pm = (first_m + (pid % gw) % gsz) * CL + rank;
     const int pn = (pid % gw) / gsz;
     const int m0 = pm * BM, n0 = pn * BN;
     const int kb0 = blockIdx.y * kps;
     const int kb1 = min(nkb, kb0 + kps);
     const int fixup = gridDim.y > 1 && mode != 1; /* split-K reduced in-kernel (see below) */
     if (kb0 >= kb1 && !fixup) return;
+    /* a launch without the cluster this module asks for would wait forever on the peer: leave C untouched */
+    if (CL > 1 && cluster_nctarank() != CL) return;
     const int nb = kb0 < kb1 ? kb1 - kb0 : 0; /* k64 blocks of this CTA */
     const int nst = 2 * nb;       /* k32 stages */
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);
+            mbar_init(&empty[s], 8 * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1)
+        cluster_sync(); /* the peer's barriers are initialised before any multicast or remote arrive */
+    else
+        __syncthreads();
 
     const int8_t *bsrc = Bp + ((size_t)pn * (size_t)(2 * nkb) + (size_t)(2 * kb0)) * STAGE_BYTES;
+    /* one stage into slot s: CL = 1 one bulk copy; CL = 2 this CTA's half, multicast to both CTAs
+     * (each CTA's full[s] expects the whole stage: its own half and the peer's) */
+#define B_LOAD(s_, st_)                                                                                    \
+    do {                                                                                                   \
+        mbar_expect_tx(&full[s_], STAGE_BYTES);                                                            \
+        if (CL == 1)                                                                                       \
+            bulk_g2s(sB + (s_) * STAGE_BYTES, bsrc + (size_t)(st_) * STAGE_BYTES, STAGE_BYTES, &full[s_]); \
+        else                                                                                               \
+            bulk_g2s_mc(sB + (s_) * STAGE_BYTES + rank * (STAGE_BYTES / 2),                                \
+                        bsrc + (size_t)(st_) * STAGE_BYTES + rank * (STAGE_BYTES / 2), STAGE_BYTES / 2,    \
+                        &full[s_], (uint16_t)3);                                                           \
+    } while (0)
     if (tid == 0) {
-        for (int it = 0; it < STAGES && it < nst; it++) {
-            mbar_expect_tx(&full[it], STAGE_BYTES);
-            bulk_g2s(sB + it * STAGE_BYTES, bsrc + (size_t)it * STAGE_BYTES, STAGE_BYTES, &full[it]);
-        }
+        for (int it = 0; it < STAGES && it < nst; it++) B_LOAD(it, it);
     }
 
     /* consumers */
@@ -188,27 +257,35 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0;
 
-    /* one k32 stage: wait full, wgmma, keep one group in flight, release the previous slot */
+    /* one k32 stage: wait full, wgmma, keep one group in flight, release the previous slot (in both
+     * CTAs of a cluster: the peer's producer writes into it too); thread 0 refills the slot released
+     * LAG - 1 stages earlier (LAG > 1: the wait on the slower warps is mostly over by then) */
 #define STAGE(it_, areg)                                                                                   \
     do {                                                                                                   \
         int slot_ = (it_) % STAGES;                                                                        \
         mbar_wait(&full[slot_], ((it_) / STAGES) & 1);                                                     \
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");                                            \
-        wgmma_bn<BN>(acc, areg, make_desc(sB + slot_ * STAGE_BYTES, lbo, sbo));                    \
+        wgmma_bn<BN>(acc, areg, make_desc(sB + slot_ * STAGE_BYTES, lbo, sbo));                            \
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");                                     \
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");                                     \
-        if ((it_) > 0) {                                                                                   \
+        if ((it_) > 0 && lane == 0) {                                                                      \
             int ps_ = ((it_) - 1) % STAGES;                                                                \
-            if (lane == 0) mbar_arrive(&empty[ps_]);                                                       \
-            /* thread 0 refills the released slot with stage it_ - 1 + STAGES */                          \
-            if (tid == 0 && (it_) - 1 + STAGES < nst) {                                                    \
-                mbar_wait(&empty[ps_], (((it_) - 1) / STAGES) & 1);                                        \
-                mbar_expect_tx(&full[ps_], STAGE_BYTES);                                                   \
-                bulk_g2s(sB + ps_ * STAGE_BYTES, bsrc + (size_t)((it_) - 1 + STAGES) * STAGE_BYTES,        \
-                         STAGE_BYTES, &full[ps_]);                                                         \
+            if (CL == 1) {                                                                                 \
+                mbar_arrive(&empty[ps_]);                                                                  \
+            } else {                                                                                       \
+                mbar_arrive_cluster(&empty[ps_], 0);                                                       \
+                mbar_arrive_cluster(&empty[ps_], 1);                                                       \
             }                                                                                              \
-            __syncwarp();                                                                                  \
         }                                                                                                  \
+        if (tid == 0 && (it_) >= LAG && (it_) - LAG + STAGES < nst) {                                      \
+            int rs_ = ((it_) - LAG) % STAGES;                                                              \
+            if (CL == 1)                                                                                   \
+                mbar_wait(&empty[rs_], (((it_) - LAG) / STAGES) & 1);                                      \
+            else                                                                                           \
+                mbar_wait_cluster(&empty[rs_], (((it_) - LAG) / STAGES) & 1);                              \
+            B_LOAD(rs_, (it_) - LAG + STAGES);                                                             \
+        }                                                                                                  \
+        __syncwarp();                                                                                      \
     } while (0)
 
     /* A: each thread stages its own two 16-byte chunks per k64 block (rows row0/row1, bytes 16t..16t+15)
@@ -244,6 +321,8 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         STAGE(2 * b + 1, a1_);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    /* no CTA leaves while its peer may still arrive on its barriers */
+    if (CL > 1) cluster_sync();
 
     if (fixup) {
         /* Split-K without a memset: every split stores its int32 partial tile to the workspace
@@ -251,7 +330,8 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
          * the tile's counter adds the others' partials (exact integers: the order does not matter),
          * resets the counter for the next launch and runs the epilogue. */
         __shared__ int s_last;
-        const int tile = blockIdx.x, nsplit = gridDim.y;
+        if (m0 >= M) return; /* the padding CTA of a cluster (odd tile rows) has no tile */
+        const int tile = pm * ntn + pn, nsplit = gridDim.y;
         int *wb = ws + ((size_t)tile * nsplit + blockIdx.y) * (size_t)(NACC * 256);
 #pragma unroll
         for (int i = 0; i < NACC; i++) __stcg(wb + i * 256 + tid, acc[i]);
@@ -271,6 +351,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     }
 #undef A_ISSUE
 #undef STAGE
+#undef B_LOAD
 
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
@@ -280,8 +361,8 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     }
 }
 
-#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, MINB)                                                   \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, MINB)                                           \
+#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, MINB, CL_, LAG_, ATTR)                                 \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, MINB) ATTR                                      \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
              int desc_swap, unsigned c_off_lo, unsigned c_off_hi, int *ws, int *counters)                  \
@@ -290,14 +371,47 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
-        qgemm_body<BN_, ST_, DA_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, sB,   \
-                                  sA, full, empty, ws, counters);                                          \
+        qgemm_body<BN_, ST_, DA_, CL_, LAG_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs,       \
+                                             desc_swap, sB, sA, full, empty, ws, counters);                \
     }
 
-/* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM; static shared memory < 48 KiB */
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 1)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2)
+#define NOATTR
+#define CLUSTER2 __cluster_dims__(2, 1, 1)
+/* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM, cluster size, refill lag;
+ * static shared memory < 48 KiB */
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 1, 1, 1, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 1, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 1, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3l2, 128, 4, 3, 2, 1, 2, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_s6l2, 128, 6, 2, 2, 1, 2, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_a3, 128, 4, 3, 2, 2, 1, CLUSTER2)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_a3l2, 128, 4, 3, 2, 2, 2, CLUSTER2)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_s6l2, 128, 6, 2, 2, 2, 2, CLUSTER2)
+
+/* Diagnostic: does a plain OpenCL launch of a kernel with compile-time cluster dims run as clusters?
+ * Each CTA writes (nctarank, ctarank, blockIdx.x, the peer's shared word read through DSMEM) to
+ * C[4 * blockIdx.x ...]. */
+extern "C" __global__ void CLUSTER2 qgemm_cluster_probe(int *C)
+{
+    __shared__ int word;
+    if (threadIdx.x == 0) word = 1000 + (int)blockIdx.x;
+    uint32_t n = cluster_nctarank(), r = cluster_ctarank();
+    cluster_sync();
+    if (threadIdx.x == 0) {
+        int peer = -1;
+        if (n == 2) {
+            uint32_t ra, la = smem_u32(&word);
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(la), "r"(r ^ 1u));
+            asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(peer) : "r"(ra) : "memory");
+        }
+        C[4 * blockIdx.x + 0] = (int)n;
+        C[4 * blockIdx.x + 1] = (int)r;
+        C[4 * blockIdx.x + 2] = (int)blockIdx.x;
+        C[4 * blockIdx.x + 3] = peer;
+    }
+    cluster_sync();
+}
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
