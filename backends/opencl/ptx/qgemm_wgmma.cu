@@ -183,12 +183,14 @@ template <> __device__ __forceinline__ void wgmma_bn<128>(int *d, const unsigned
     wgmma_n128(d, a, desc, 1);
 }
 
-template <int BN, int STAGES, int DA, int CL, int LAG>
-__device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
+/* One output tile (pm, pn) of the CTA (its k range from blockIdx.y). again: the barriers were used by
+ * a previous tile of this CTA (persistent kernels) and are invalidated before their new init. */
+template <int BN, int STAGES, int DA, int CL, int LAG, int ACA>
+__device__ __forceinline__ void qgemm_tile(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
                                            uint8_t *sB, uint4 *sA, uint64_t *full, uint64_t *empty,
-                                           int *ws, int *counters)
+                                           int *ws, int *counters, int pm, int pn, int again)
 {
     constexpr int STAGE_BYTES = BN * 32;
     constexpr int NACC = BN / 2;
@@ -197,17 +199,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 
     const int nkb = (K + 63) >> 6;         /* k64 blocks */
     const int ntn = (N + BN - 1) / BN;     /* packed n tiles */
-    const int ntm = (M + BM - 1) / BM;
-    /* CL = 2: a cluster of two CTAs takes two M tiles of one N tile (rank = blockIdx.x & 1) and
-     * shares the B stages (multicast); the grid is 2 * ceil(ntm / 2) * ntn CTAs */
     const int rank = CL == 2 ? (int)(blockIdx.x & 1) : 0;
-    const int ntm_c = (ntm + CL - 1) / CL;
-    const int pid = blockIdx.x / CL;
-    const int gw = 8 * ntn;
-    const int first_m = (pid / gw) * 8;
-    const int gsz = min(ntm_c - first_m, 8);
-    const int pm = (first_m + (pid % gw) % gsz) * CL + rank;
-    const int pn = (pid % gw) / gsz;
     const int m0 = pm * BM, n0 = pn * BN;
     const int kb0 = blockIdx.y * kps;
     const int kb1 = min(nkb, kb0 + kps);
@@ -220,6 +212,10 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
+            if (again) {
+                asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_u32(&full[s])) : "memory");
+                asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_u32(&empty[s])) : "memory");
+            }
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 8 * CL);
         }
@@ -299,9 +295,17 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         const int8_t *s0_ = A + (size_t)(row0 < M ? row0 : 0) * lda + (k_ < K ? k_ : 0);                    \
         const int8_t *s1_ = A + (size_t)(row1 < M ? row1 : 0) * lda + (k_ < K ? k_ : 0);                    \
         uint32_t n0_ = (row0 < M && k_ < K) ? 16u : 0u, n1_ = (row1 < M && k_ < K) ? 16u : 0u;              \
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_), "l"(s0_), "r"(n0_) : "memory"); \
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_ + 256u * 16u), "l"(s1_), "r"(n1_) \
-                     : "memory");                                                                          \
+        if (ACA) { /* through L1: the other CTA of a persistent pair reads the same A rows */                \
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d_), "l"(s0_), "r"(n0_) : "memory"); \
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(d_ + 256u * 16u), "l"(s1_),  \
+                         "r"(n1_)                                                                          \
+                         : "memory");                                                                      \
+        } else {                                                                                           \
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_), "l"(s0_), "r"(n0_) : "memory"); \
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_ + 256u * 16u), "l"(s1_),  \
+                         "r"(n1_)                                                                          \
+                         : "memory");                                                                      \
+        }                                                                                                  \
     } while (0)
 
 #pragma unroll
@@ -361,7 +365,55 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     }
 }
 
-#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, MINB, CL_, LAG_, ATTR)                                 \
+/* The kernel body. PERS = 0: one tile per CTA (grid: tiles (whole clusters for CL = 2) x splits), tiles
+ * in groups of 8 M rows for L2 reuse. PERS = 1 (one split, CL = 1): a persistent grid of 2P CTAs (two
+ * per SM); CTAs v and v + P take the two N tiles of one pair (pm, 2 q .. 2 q + 1) at the same step, pairs
+ * p = v, v + P, v + 2P, ... in the same M-grouped order: when the scheduler puts v and v + P on one
+ * SM, their A rows are the same and the second read of each comes from L1 (ACA: cp.async.ca). */
+template <int BN, int STAGES, int DA, int CL, int LAG, int PERS, int ACA>
+__device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
+                                           int *C, int ldc, int M, int N, int K, int kps, int mode,
+                                           const float *sa, int sas, const float *sb, int sbs, int desc_swap,
+                                           uint8_t *sB, uint4 *sA, uint64_t *full, uint64_t *empty,
+                                           int *ws, int *counters)
+{
+    const int ntn = (N + BN - 1) / BN;
+    const int ntm = (M + BM - 1) / BM;
+    if (!PERS) {
+        /* CL = 2: a cluster of two CTAs takes two M tiles of one N tile (rank = blockIdx.x & 1) and
+         * shares the B stages (multicast); the grid is 2 * ceil(ntm / 2) * ntn CTAs */
+        const int rank = CL == 2 ? (int)(blockIdx.x & 1) : 0;
+        const int ntm_c = (ntm + CL - 1) / CL;
+        const int pid = blockIdx.x / CL;
+        const int gw = 8 * ntn;
+        const int first_m = (pid / gw) * 8;
+        const int gsz = min(ntm_c - first_m, 8);
+        const int pm = (first_m + (pid % gw) % gsz) * CL + rank;
+        const int pn = (pid % gw) / gsz;
+        qgemm_tile<BN, STAGES, DA, CL, LAG, ACA>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs,
+                                                 desc_swap, sB, sA, full, empty, ws, counters, pm, pn, 0);
+        return;
+    }
+    const int P = max((int)gridDim.x >> 1, 1);
+    const int half = (int)blockIdx.x >= P;
+    const int v = (int)blockIdx.x - half * P;
+    const int ntn2 = (ntn + 1) >> 1, npair = ntm * ntn2;
+    const int gw = 8 * ntn2;
+    int again = 0;
+    for (int pp = v; pp < npair; pp += P) {
+        const int first_m = (pp / gw) * 8;
+        const int gsz = min(ntm - first_m, 8);
+        const int pm = first_m + (pp % gw) % gsz;
+        const int pn = 2 * ((pp % gw) / gsz) + half;
+        if (pn >= ntn) continue;
+        if (again) __syncthreads(); /* every thread is done with the previous tile's barriers and slots */
+        qgemm_tile<BN, STAGES, DA, CL, LAG, ACA>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs,
+                                                 desc_swap, sB, sA, full, empty, ws, counters, pm, pn, again);
+        again = 1;
+    }
+}
+
+#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, MINB, CL_, LAG_, PERS_, ACA_, ATTR)                    \
     extern "C" __global__ void __launch_bounds__(NTHREADS, MINB) ATTR                                      \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
@@ -371,23 +423,39 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
-        qgemm_body<BN_, ST_, DA_, CL_, LAG_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs,       \
-                                             desc_swap, sB, sA, full, empty, ws, counters);                \
+        qgemm_body<BN_, ST_, DA_, CL_, LAG_, PERS_, ACA_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, \
+                                                          sbs, desc_swap, sB, sA, full, empty, ws, counters); \
     }
 
 #define NOATTR
 #define CLUSTER2 __cluster_dims__(2, 1, 1)
-/* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM, cluster size, refill lag;
- * static shared memory < 48 KiB */
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 1, 1, 1, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 1, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 1, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3l2, 128, 4, 3, 2, 1, 2, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_s6l2, 128, 6, 2, 2, 1, 2, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, NOATTR)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_a3, 128, 4, 3, 2, 2, 1, CLUSTER2)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_a3l2, 128, 4, 3, 2, 2, 2, CLUSTER2)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_s6l2, 128, 6, 2, 2, 2, 2, CLUSTER2)
+/* name, BN, B stages (k32), A blocks (k64) ahead, CTAs per SM, cluster size, refill lag, persistent,
+ * A through L1; static shared memory < 48 KiB */
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 1, 1, 1, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 1, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 1, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3l2, 128, 4, 3, 2, 1, 2, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_s6l2, 128, 6, 2, 2, 1, 2, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8m3, 64, 8, 3, 3, 1, 2, 0, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_p_128x128_a3, 128, 4, 3, 2, 1, 1, 1, 1, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_p_128x128_a3l2, 128, 4, 3, 2, 1, 2, 1, 1, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_p_128x128_a3cg, 128, 4, 3, 2, 1, 1, 1, 0, NOATTR)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_c2_128x128_a3, 128, 4, 3, 2, 2, 1, 0, 0, CLUSTER2)
+
+/* Diagnostic: the SM of each CTA of a grid of 1024-thread CTAs (at most two per SM, as the 128x128
+ * kernels' registers allow), all resident together for `spin` clocks: C[blockIdx.x] = %smid. */
+extern "C" __global__ void __launch_bounds__(1024, 2) qgemm_smid_probe(int *C, int spin)
+{
+    long long t0 = clock64();
+    while (clock64() - t0 < spin) {
+    }
+    if (threadIdx.x == 0) {
+        int sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        C[blockIdx.x] = sm;
+    }
+}
 
 /* Diagnostic: does a plain OpenCL launch of a kernel with compile-time cluster dims run as clusters?
  * Each CTA writes (nctarank, ctarank, blockIdx.x, the peer's shared word read through DSMEM) to
