@@ -136,22 +136,16 @@ typedef struct wg_variant {
     const char *name, *kname;
     int bm, bn, nthr;
     int swap;       /* descriptor LBO/SBO swapped (diagnostic, edge shapes only) */
-    int cl;         /* CTAs per cluster (2: pairs of M tiles sharing multicast B stages) */
-    int pers;       /* persistent grid of 2 CTAs per SM (one split only) */
     cl_kernel k;
 } wg_variant;
 static wg_variant wgv[] = {
-    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 1, 0, 0},
-    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 1, 0, 0},
-    {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 1, 0, 0},
-    {"wgmma_128x128_a3l2", "qgemm_wgmma_128x128_a3l2", 128, 128, 256, 0, 1, 0, 0},
-    {"wgmma_128x128_s6l2", "qgemm_wgmma_128x128_s6l2", 128, 128, 256, 0, 1, 0, 0},
-    {"wgmma_128x64_s8", "qgemm_wgmma_128x64_s8", 128, 64, 256, 0, 1, 0, 0},
-    {"wgmma_128x64_s8m3", "qgemm_wgmma_128x64_s8m3", 128, 64, 256, 0, 1, 0, 0},
-    {"wgmma_p_128x128_a3", "qgemm_wgmma_p_128x128_a3", 128, 128, 256, 0, 1, 1, 0},
-    {"wgmma_p_128x128_a3l2", "qgemm_wgmma_p_128x128_a3l2", 128, 128, 256, 0, 1, 1, 0},
-    {"wgmma_p_128x128_a3cg", "qgemm_wgmma_p_128x128_a3cg", 128, 128, 256, 0, 1, 1, 0},
-    {"wgmma_c2_128x128_a3", "qgemm_wgmma_c2_128x128_a3", 128, 128, 256, 0, 2, 0, 0},
+    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 0},
+    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 0},
+    {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 0},
+    {"wgmma_128x64_s8", "qgemm_wgmma_128x64_s8", 128, 64, 256, 0, 0},
+    {"wgmma_w1_128x128_a3", "qgemm_wgmma_w1_128x128_a3", 128, 128, 128, 0, 0},
+    {"wgmma_w1_128x128_s6", "qgemm_wgmma_w1_128x128_s6", 128, 128, 128, 0, 0},
+    {"wgmma_w1_128x64_s8", "qgemm_wgmma_w1_128x64_s8", 128, 64, 128, 0, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
 
@@ -196,9 +190,8 @@ typedef struct shape { int M, N, K, bench; } shape;
 
 /* one launch of variant v (tile / skinny / wgmma), C of ldc = N; returns the launch's events */
 typedef struct launch {
-    int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode; int cl; int pers;
+    int kind; cl_kernel k; int bm, bn, nthr; int splits; int mode;
 } launch;
-static cl_uint g_cus = 132;
 /* packed-B buffer index of a launch: 0 mma fragment order, 1 wgmma bn 256, 2 wgmma bn 128, 3 bn 64 */
 static int pack_of(const launch *L) { return L->kind != V_WGMMA ? 0 : (L->bn == 256 ? 1 : L->bn == 128 ? 2 : 3); }
 
@@ -240,13 +233,7 @@ static cl_int enqueue(const launch *L, cl_mem A, int lda, cl_mem Bp, cl_mem C, i
     if (L->kind == V_SKINNY) {
         gs[0] = (size_t)((N + 7) / 8) * (size_t)L->nthr;
     } else {
-        size_t tm = (size_t)((M + L->bm - 1) / L->bm);
-        if (L->cl > 1) tm = (tm + (size_t)L->cl - 1) / (size_t)L->cl * (size_t)L->cl; /* whole clusters */
-        size_t tiles = tm * (size_t)((N + L->bn - 1) / L->bn);
-        if (L->pers) { /* 2 CTAs per SM, CTAs v and v + P on the two N tiles of a pair */
-            size_t pairs = tm * (size_t)((N + 2 * L->bn - 1) / (2 * L->bn));
-            tiles = 2 * (pairs < g_cus ? pairs : g_cus);
-        }
+        size_t tiles = (size_t)((M + L->bm - 1) / L->bm) * (size_t)((N + L->bn - 1) / L->bn);
         gs[0] = tiles * (size_t)L->nthr;
     }
     gs[1] = (size_t)L->splits;
@@ -276,12 +263,11 @@ int main(int argc, char **argv)
 {
     const char *kdir = argc > 1 ? argv[1] : "backends/opencl/kernels";
     const char *ptx = argc > 2 ? argv[2] : "";
-    int quick = 0, only_mma = 0, only_wg = 0, probe_only = 0;
+    int quick = 0, only_mma = 0, only_wg = 0;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "quick")) quick = 1;
         if (!strcmp(argv[i], "mma")) only_mma = 1;
         if (!strcmp(argv[i], "wg")) only_wg = 1;
-        if (!strcmp(argv[i], "probe")) probe_only = 1;
     }
     if (only_mma) ptx = "";
     const char *outd = getenv("OUT");
@@ -309,7 +295,6 @@ int main(int argc, char **argv)
     clGetDeviceInfo(dev, CL_DRIVER_VERSION, sizeof drv, drv, NULL);
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
     printf("device: %s | %s | driver %s | %u CUs\n", dname, dver, drv, cus);
-    g_cus = cus;
     cl_int e;
     ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
     CK(e);
@@ -367,52 +352,6 @@ int main(int argc, char **argv)
             clReleaseMemObject(pa); clReleaseMemObject(pb); clReleaseMemObject(pc);
             clReleaseMemObject(s1); clReleaseMemObject(s2); clReleaseKernel(kp);
         }
-    }
-    if (pw && probe_only) {
-        cl_kernel kc = clCreateKernel(pw, "qgemm_cluster_probe", &e);
-        if (e == CL_SUCCESS) {
-            int out[16];
-            for (int i = 0; i < 16; i++) out[i] = -99;
-            cl_mem pc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 64, out, &e);
-            CK(e);
-            CK(clSetKernelArg(kc, 0, sizeof(cl_mem), &pc));
-            size_t g1 = 4 * 32, l1 = 32;
-            e = clEnqueueNDRangeKernel(q, kc, 1, NULL, &g1, &l1, 0, NULL, NULL);
-            cl_int e2 = clFinish(q);
-            cl_int e3 = clEnqueueReadBuffer(q, pc, CL_TRUE, 0, 64, out, 0, NULL, NULL);
-            printf("[cluster probe] enqueue %d finish %d read %d: (nctarank ctarank block peer)", e, e2, e3);
-            for (int i = 0; i < 4; i++) printf(" (%d %d %d %d)", out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
-            printf("   want (2 r b 1000+(b^1))\n");
-            clReleaseMemObject(pc);
-            clReleaseKernel(kc);
-        } else printf("[cluster probe] kernel %d\n", e);
-        kc = clCreateKernel(pw, "qgemm_smid_probe", &e);
-        if (e == CL_SUCCESS) {
-            enum { NB = 264 };
-            int out[NB];
-            for (int i = 0; i < NB; i++) out[i] = -1;
-            cl_mem pc = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof out, out, &e);
-            CK(e);
-            int spin = 200000;
-            CK(clSetKernelArg(kc, 0, sizeof(cl_mem), &pc));
-            CK(clSetKernelArg(kc, 1, sizeof(int), &spin));
-            size_t g1 = NB * 1024, l1 = 1024;
-            CK(clEnqueueNDRangeKernel(q, kc, 1, NULL, &g1, &l1, 0, NULL, NULL));
-            CK(clEnqueueReadBuffer(q, pc, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
-            int same = 0, adj = 0, maxsm = 0;
-            for (int i = 0; i < NB / 2; i++) same += out[i] == out[i + NB / 2];
-            for (int i = 0; i + 1 < NB; i += 2) adj += out[i] == out[i + 1];
-            for (int i = 0; i < NB; i++) maxsm = out[i] > maxsm ? out[i] : maxsm;
-            printf("[smid probe] blocks v, v+132 on one SM: %d of 132; v, v+1 (even v): %d of 132; max smid %d; first:",
-                   same, adj, maxsm);
-            for (int i = 0; i < 16; i++) printf(" %d", out[i]);
-            printf(" | from 132:");
-            for (int i = 132; i < 148; i++) printf(" %d", out[i]);
-            printf("\n");
-            clReleaseMemObject(pc);
-            clReleaseKernel(kc);
-        } else printf("[smid probe] kernel %d\n", e);
-        return 0;
     }
     const char *wg_only = getenv("EMBER_WG_ONLY");
     for (int w = 0; w < NWG; w++) {
@@ -492,7 +431,7 @@ int main(int argc, char **argv)
         cl_mem dC = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
         CK(e);
         {
-            size_t tiles = (size_t)((M + 255) / 256 * 2) * (size_t)((N + 63) / 64); /* bn 64, whole clusters */
+            size_t tiles = (size_t)((M + 127) / 128) * (size_t)((N + 63) / 64); /* bn 64 */
             size_t wsb = tiles * 16 * 128 * 64 * 4; /* up to 16 splits */
             if (wsb > ((size_t)1 << 31)) wsb = (size_t)1 << 31;
             g_ws = clCreateBuffer(ctx, CL_MEM_READ_WRITE, wsb, NULL, &e);
@@ -582,7 +521,7 @@ int main(int argc, char **argv)
             if (!V->k || only_wg) continue;
             if (V->max_m && M > V->max_m) continue;
             if (M < V->min_m && S.bench) continue;
-            launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0, 1, 0};
+            launch L = {V->kind, V->k, V->bm, V->bn, V->nthr, 1, 0};
             int as = auto_splits(&L, M, N, K);
             if (V->kind == V_SKINNY && as == 1 && S.bench == 0) as = 2; /* exercise split-K on edges */
             Ls[nl] = L; lname[nl++] = V->name;
@@ -592,9 +531,8 @@ int main(int argc, char **argv)
         for (int w = 0; w < NWG; w++) {
             if (!wgv[w].k) continue;
             if (wgv[w].swap && S.bench) continue;
-            launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0, wgv[w].cl, wgv[w].pers};
+            launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0};
             Ls[nl] = L; lname[nl++] = wgv[w].name;
-            if (L.pers) continue; /* one split */
             int as = auto_splits(&L, M, N, K);
             if (as > 1 || !S.bench) { L.splits = as > 1 ? as : 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }
             if (as > 2) { L.splits = as / 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }

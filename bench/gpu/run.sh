@@ -23,16 +23,14 @@ fi
 [ -n "$SKIP_MMA" ] || timeout ${EMBER_T:-240} ./qgemm_gpu backends/opencl/kernels "" $1 mma 2>&1 | grep -v noinline | tee -a $OUT/all.log
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
   # WG_GROUPS: space-separated groups of comma-joined kernel names, one process (and JSON) per group
-  if [ -n "$PROBE" ]; then # cluster + SM-placement probes, each in its own process (a fault ends the context)
-    timeout 60 ./qgemm_gpu backends/opencl/kernels $PTX wg probe 2>&1 | grep probe | tee -a $OUT/all.log
-    sed '/\.explicitcluster/d' $PTX > /tmp/noexp.ptx
-    timeout 60 ./qgemm_gpu backends/opencl/kernels /tmp/noexp.ptx wg probe 2>&1 | grep "cluster probe" | sed 's/^/no .explicitcluster: /' | tee -a $OUT/all.log
-  fi
   g=0
   for k in ${WG_GROUPS:-qgemm_wgmma_128x256 qgemm_wgmma_128x128 qgemm_wgmma_128x128_a3}; do
     g=$((g + 1))
     EMBER_WG_ONLY=$k EMBER_JSON=wg$g timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee -a $OUT/all.log
   done
+  # PTX2 (optional): a second module, e.g. an earlier version, timed in the same run as a control
+  [ -z "$PTX2" ] || EMBER_WG_ONLY=${PTX2_KERNELS:-qgemm_wgmma_128x128_a3} EMBER_JSON=wg_ptx2 timeout ${EMBER_TW:-100} \
+    ./qgemm_gpu backends/opencl/kernels $PTX2 $1 wg 2>&1 | sed 's/wgmma_/ptx2_/' | tee -a $OUT/all.log
 fi
 [ -n "$SKIP_CUBLAS" ] || PYTHONUNBUFFERED=1 timeout 200 python3 bench/gpu/cublas_ref.py $1 2>&1 | tee -a $OUT/all.log
 python3 bench/gpu/combine.py
