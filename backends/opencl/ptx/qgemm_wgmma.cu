@@ -36,7 +36,6 @@
 
 #include "wgmma_ops.h"
 
-#define BM 128
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p)
 {
@@ -144,7 +143,7 @@ template <> __device__ __forceinline__ void wgmma_bn<128>(int *d, const unsigned
 /* WGS warpgroups per CTA (NT = 128 WGS threads), MH = 2 / WGS m64 halves of the 128-row tile per
  * warpgroup: WGS 2 = one half each (the 256-thread kernels), WGS 1 = one warpgroup issuing both halves'
  * wgmmas (128 threads, 2 x BN / 2 accumulators a thread: three 128 x 128 CTAs fit an SM's registers). */
-template <int BN, int STAGES, int DA, int WGS, int PF>
+template <int BN, int STAGES, int DA, int WGS, int MH, int PF>
 __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
@@ -153,7 +152,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 {
     constexpr int STAGE_BYTES = BN * 32;
     constexpr int NACC = BN / 2;
-    constexpr int NT = 128 * WGS, MH = 2 / WGS, NWARP = NT / 32;
+    constexpr int NT = 128 * WGS, NWARP = NT / 32, BM = 64 * WGS * MH;
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
 
@@ -288,12 +287,12 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 
     if (fixup) {
         /* Split-K without a memset: every split stores its int32 partial tile to the workspace
-         * (ws[(tile * splits + split) * 128 * BN + (h * NACC + i) * NT + tid]); the split that arrives
+         * (ws[(tile * splits + split) * BM * BN + (h * NACC + i) * NT + tid]); the split that arrives
          * last at the tile's counter adds the others' partials (exact integers: the order does not
          * matter), resets the counter for the next launch and runs the epilogue. */
         __shared__ int s_last;
         const int tile = blockIdx.x, nsplit = gridDim.y;
-        int *wb = ws + ((size_t)tile * nsplit + blockIdx.y) * (size_t)(128 * BN);
+        int *wb = ws + ((size_t)tile * nsplit + blockIdx.y) * (size_t)(BM * BN);
 #pragma unroll
         for (int h = 0; h < MH; h++)
 #pragma unroll
@@ -306,7 +305,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         __threadfence();
         for (int z = 0; z < nsplit; z++) {
             if (z == (int)blockIdx.y) continue;
-            const int *p = ws + ((size_t)tile * nsplit + z) * (size_t)(128 * BN);
+            const int *p = ws + ((size_t)tile * nsplit + z) * (size_t)(BM * BN);
 #pragma unroll
             for (int h = 0; h < MH; h++)
 #pragma unroll
@@ -327,7 +326,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         }
 }
 
-#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, WGS_, MINB, PF_)                                              \
+#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, WGS_, MH_, MINB, PF_)                                              \
     extern "C" __global__ void __launch_bounds__(128 * WGS_, MINB)                                         \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
@@ -335,24 +334,27 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
     {                                                                                                      \
         C += (long long)(((unsigned long long)c_off_hi << 32) | c_off_lo);                                 \
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
-        __shared__ __align__(16) uint4 sA[DA_ * 2 * 256];                                                  \
+        __shared__ __align__(16) uint4 sA[DA_ * 2 * 128 * WGS_ * MH_];                                      \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
-        qgemm_body<BN_, ST_, DA_, WGS_, PF_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, \
+        qgemm_body<BN_, ST_, DA_, WGS_, MH_, PF_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, \
                                         sB, sA, full, empty, ws, counters);                                \
     }
 
-/* name, BN, B stages (k32), A blocks (k64) ahead, warpgroups, CTAs per SM, L2 prefetch distance (k32
- * stages beyond the ring, 0 = none); static shared memory < 48 KiB. Work-group size 128 * warpgroups. */
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 2, 1, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p4, 128, 4, 3, 2, 2, 4)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p8, 128, 4, 3, 2, 2, 8)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x128_a3, 128, 4, 3, 1, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x128_s6, 128, 6, 2, 1, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8, 64, 8, 3, 1, 4, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8p8, 64, 8, 3, 1, 4, 8)
+/* name, BN, B stages (k32), A blocks (k64) ahead, warpgroups, m64 row blocks per warpgroup (tile rows
+ * BM = 64 x warpgroups x row blocks), CTAs per SM, L2 prefetch distance (k32 stages beyond the ring,
+ * 0 = none); static shared memory < 48 KiB. Work-group size 128 x warpgroups. */
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 2, 1, 1, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 2, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 2, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p4, 128, 4, 3, 2, 1, 2, 4)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p8, 128, 4, 3, 2, 1, 2, 8)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x128_a3, 128, 4, 3, 1, 2, 3, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8, 64, 8, 3, 1, 2, 4, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8p8, 64, 8, 3, 1, 2, 4, 8)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4, 256, 4, 2, 1, 1, 3, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s3, 256, 3, 4, 1, 1, 3, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s6, 128, 6, 4, 1, 1, 4, 0)
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
