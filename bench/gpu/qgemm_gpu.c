@@ -150,6 +150,7 @@ static wg_variant wgv[] = {
     {"wgmma_w1_128x64_s8p8", "qgemm_wgmma_w1_128x64_s8p8", 128, 64, 128, 0, 0},
     {"wgmma_w1_64x256_s4", "qgemm_wgmma_w1_64x256_s4", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x256_s3", "qgemm_wgmma_w1_64x256_s3", 64, 256, 128, 0, 0},
+    {"wgmma_w1_64x256_s4a3", "qgemm_wgmma_w1_64x256_s4a3", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x128_s6", "qgemm_wgmma_w1_64x128_s6", 64, 128, 128, 0, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
@@ -537,6 +538,20 @@ int main(int argc, char **argv)
             if (!wgv[w].k) continue;
             if (wgv[w].swap && S.bench) continue;
             launch L = {V_WGMMA, wgv[w].k, wgv[w].bm, wgv[w].bn, wgv[w].nthr, 1, 0};
+            const char *sl = getenv("EMBER_SPLITS"); /* e.g. "2,3,4,6,8": these split counts on bench shapes */
+            if (sl && S.bench) {
+                if (M < 64) continue; /* M <= 16 runs the skinny mma kernel */
+                if (M * 2 < N && M <= 1024) /* the split-K shapes only (small M) */
+                    for (const char *p = sl; *p && nl < 60;) {
+                        int sp = atoi(p);
+                        if (sp > 1 && sp <= (K + 63) / 64) { L.splits = sp; Ls[nl] = L; lname[nl++] = wgv[w].name; }
+                        const char *c = strchr(p, ',');
+                        if (!c) break;
+                        p = c + 1;
+                    }
+                L.splits = 1; Ls[nl] = L; lname[nl++] = wgv[w].name;
+                continue;
+            }
             Ls[nl] = L; lname[nl++] = wgv[w].name;
             int as = auto_splits(&L, M, N, K);
             if (as > 1 || !S.bench) { L.splits = as > 1 ? as : 2; Ls[nl] = L; lname[nl++] = wgv[w].name; }

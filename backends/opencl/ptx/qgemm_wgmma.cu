@@ -346,14 +346,12 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 2, 1, 1, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 2, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p4, 128, 4, 3, 2, 1, 2, 4)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3p8, 128, 4, 3, 2, 1, 2, 8)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x128_a3, 128, 4, 3, 1, 2, 3, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8, 64, 8, 3, 1, 2, 4, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8p8, 64, 8, 3, 1, 2, 4, 8)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4, 256, 4, 2, 1, 1, 3, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s3, 256, 3, 4, 1, 1, 3, 0)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4a3, 256, 4, 3, 1, 1, 3, 0)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s6, 128, 6, 4, 1, 1, 4, 0)
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
