@@ -196,6 +196,8 @@ static void test_edges(void) {
     one_case(1, 300, 515, 2049, 1);
     one_case(2, 9, 13, 31, 1);
     one_case(2, 129, 70, 200, 1);
+    /* >= 396 tiles of 64 x 256: the wgmma path's 64 x 256 kernel, with partial tiles on both axes */
+    one_case(1, 1300, 4900, 100, 1);
 }
 
 static void test_bench_shapes(void) {

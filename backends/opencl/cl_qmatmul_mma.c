@@ -126,7 +126,21 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     int use_wg = wgmma && !skinny;
     int lda16 = (k + 15) / 16 * 16;
     size_t abytes = (size_t)m * (size_t)lda16;
-    size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, 128) : ember__cl_pack_b_mma_size(k, n);
+    /* wgmma kernel (one warpgroup per CTA, 64-row tiles; bench/results/gpu-notes.md runs 13-15):
+     * 64 x 256 (3 CTAs per SM) when its tiles fill the 396 slots at least once, else 64 x 128
+     * (4 CTAs per SM) with split-K: the largest of 1..4 splits that keeps one wave (528 slots) and
+     * >= 8 k64 blocks a split (measured best at 512 x 4096 x 4096 (2), 128 x 4096 x 4096 (4),
+     * 128 x 11008 x 4096 (3)). The kernel reduces the splits itself through a workspace and per-tile
+     * counters (zero here, left zero by the kernel). */
+    const int nkb = (k + 63) / 64;
+    const size_t tm = (size_t)((m + 63) / 64);
+    const int big = use_wg && tm * (size_t)((n + 255) / 256) >= 396;
+    const int wbn = big ? 256 : 128;
+    const size_t tiles = tm * (size_t)((n + wbn - 1) / wbn);
+    int splits = 1;
+    while (use_wg && !big && splits < 4 && tiles * (size_t)(splits + 1) <= 528 && (splits + 1) * 8 <= nkb)
+        splits++;
+    size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, wbn) : ember__cl_pack_b_mma_size(k, n);
     EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
     cl_mem ap = NULL, bp = NULL, ones = NULL, ws = NULL, cnt = NULL;
     const cl_float one = 1.0f;
@@ -135,17 +149,8 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &bp);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", sizeof one, &one, &ones);
-    /* wgmma split-K for grids that leave SMs idle (2 CTAs per SM of 132): the kernel reduces the
-     * splits itself through a workspace and per-tile counters (zero here, left zero by the kernel) */
-    const size_t tiles = (size_t)((m + 127) / 128) * (size_t)((n + 127) / 128);
-    const int nkb = (k + 63) / 64;
-    int splits = 1;
-    /* the largest power of two with tiles * splits <= 264, splits <= 8, >= 8 k64 blocks a split:
-     * measured best at 128 x 4096 x 4096 (8), 512 x 4096 x 4096 and 128 x 11008 x 4096 (2) */
-    while (use_wg && tiles * (size_t)splits * 2 <= 264 && splits * 2 <= 8 && splits * 2 * 8 <= nkb)
-        splits *= 2;
     if (st == EMBER_OK && splits > 1) {
-        st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 128 * 128 * 4, NULL, &ws);
+        st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 64 * (size_t)wbn * 4, NULL, &ws);
         int *zeros = st == EMBER_OK ? ember__calloc(tiles, sizeof(int)) : NULL;
         if (st == EMBER_OK && !zeros)
             st = ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, __func__, __LINE__,
@@ -185,7 +190,7 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         { /* B_i -> packed */
             const size_t local = 256, global = ember__cl_round_up(pbytes, 256);
             if (use_wg) {
-                cl_int bn = 128;
+                cl_int bn = wbn;
                 const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(idx),
                                               EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),       EMBER_CL_ARG(K),
                                               EMBER_CL_ARG(N),    EMBER_CL_ARG(bn),       EMBER_CL_ARG(bp),
@@ -214,8 +219,9 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
                 EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
                 EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
                 EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws), EMBER_CL_ARG(cnt)};
-            const size_t local[2] = {256, 1}, global[2] = {tiles * 256, (size_t)splits};
-            st = launch_ptx(s, dev, "qgemm_wgmma_128x128_a3", 19, args, global, local);
+            const size_t local[2] = {128, 1}, global[2] = {tiles * 128, (size_t)splits};
+            st = launch_ptx(s, dev, big ? "qgemm_wgmma_w1_64x256_s4a3" : "qgemm_wgmma_w1_64x128_s6", 19, args,
+                            global, local);
         } else {
             const ember__cl_arg args[] = {
                 EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),

@@ -139,17 +139,9 @@ typedef struct wg_variant {
     cl_kernel k;
 } wg_variant;
 static wg_variant wgv[] = {
-    {"wgmma_128x256", "qgemm_wgmma_128x256", 128, 256, 256, 0, 0},
-    {"wgmma_128x128", "qgemm_wgmma_128x128", 128, 128, 256, 0, 0},
     {"wgmma_128x128_a3", "qgemm_wgmma_128x128_a3", 128, 128, 256, 0, 0},
-    {"wgmma_128x128_a3p4", "qgemm_wgmma_128x128_a3p4", 128, 128, 256, 0, 0},
-    {"wgmma_128x128_a3p8", "qgemm_wgmma_128x128_a3p8", 128, 128, 256, 0, 0},
     {"wgmma_128x64_s8", "qgemm_wgmma_128x64_s8", 128, 64, 256, 0, 0},
-    {"wgmma_w1_128x128_a3", "qgemm_wgmma_w1_128x128_a3", 128, 128, 128, 0, 0},
-    {"wgmma_w1_128x64_s8", "qgemm_wgmma_w1_128x64_s8", 128, 64, 128, 0, 0},
-    {"wgmma_w1_128x64_s8p8", "qgemm_wgmma_w1_128x64_s8p8", 128, 64, 128, 0, 0},
     {"wgmma_w1_64x256_s4", "qgemm_wgmma_w1_64x256_s4", 64, 256, 128, 0, 0},
-    {"wgmma_w1_64x256_s3", "qgemm_wgmma_w1_64x256_s3", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x256_s4a3", "qgemm_wgmma_w1_64x256_s4a3", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x128_s6", "qgemm_wgmma_w1_64x128_s6", 64, 128, 128, 0, 0},
 };

@@ -24,7 +24,7 @@ fi
 if [ -z "$SKIP_WG" ] && [ -f $PTX ]; then
   # WG_GROUPS: space-separated groups of comma-joined kernel names, one process (and JSON) per group
   g=0
-  for k in ${WG_GROUPS:-qgemm_wgmma_128x256 qgemm_wgmma_128x128 qgemm_wgmma_128x128_a3}; do
+  for k in ${WG_GROUPS:-qgemm_wgmma_w1_64x256_s4a3,qgemm_wgmma_w1_64x128_s6,qgemm_wgmma_128x128_a3}; do
     g=$((g + 1))
     EMBER_WG_ONLY=$k EMBER_JSON=wg$g timeout ${EMBER_TW:-100} ./qgemm_gpu backends/opencl/kernels $PTX $1 wg 2>&1 | tee -a $OUT/all.log
   done

@@ -40,8 +40,10 @@ static int run(int M, int N, int K, int bn, int swap, int splits, int timeit, in
     CU(cudaMemcpy(dP, hp, pb, cudaMemcpyHostToDevice));
     CU(cudaMemset(dC, 0, (size_t)M * N * 4));
     int nkb = (K + 63) / 64, kps = (nkb + splits - 1) / splits;
-    int tiles = ((M + 127) / 128) * ((N + bn - 1) / bn);
-    dim3 grid(tiles, splits), block(256);
+    /* bn 256: w1_64x256_s4a3; a3: 128x128_a3; else w1_64x128_s6 (64-row tiles, 128 threads) */
+    int bm = (bn == 128 && a3) ? 128 : 64;
+    int tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn);
+    dim3 grid(tiles, splits), block(bm == 128 ? 256 : 128);
     int mode = splits > 1 ? 1 : 0;
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -51,11 +53,11 @@ static int run(int M, int N, int K, int bn, int swap, int splits, int timeit, in
         if (r == (timeit ? 3 : 0)) cudaEventRecord(e0);
         if (mode == 1) cudaMemsetAsync(dC, 0, (size_t)M * N * 4);
         if (bn == 256)
-            qgemm_wgmma_128x256<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
+            qgemm_wgmma_w1_64x256_s4a3<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
         else if (a3)
             qgemm_wgmma_128x128_a3<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
         else
-            qgemm_wgmma_128x128<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
+            qgemm_wgmma_w1_64x128_s6<<<grid, block>>>(dA, lda, dP, dC, N, M, N, K, kps, mode, ds, 0, ds, 0, swap, 0u, 0u, nullptr, nullptr);
     }
     cudaEventRecord(e1);
     CU(cudaGetLastError());

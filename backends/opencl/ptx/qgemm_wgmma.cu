@@ -5,24 +5,28 @@
  * Plain C-style CUDA: no CUDA runtime calls, no dynamic shared memory, static shared memory < 48 KiB
  * (OpenCL cannot raise the limit), kernels extern "C" so the entry names are stable.
  *
- * Kernels qgemm_wgmma_128x256 (3 B stages), qgemm_wgmma_128x128 (6), qgemm_wgmma_128x128_a3 (4, A 3 ahead):
- *   C[M,N] (+)= A[M,K] . B[K,N], CTA tile 128 x BN, 256 threads = two warpgroups (rows 0-63 / 64-127
- *   of the tile, one wgmma m64nBNk32 per k32 stage each); thread 0 also issues the bulk copies (a
- *   separate producer warp would push the 128x256 kernel past 224 registers a thread).
+ * Kernels qgemm_wgmma_<BM>x<BN>... (list at the end): C[M,N] (+)= A[M,K] . B[K,N], CTA tile BM x BN,
+ *   WGS warpgroups (128 WGS threads) each owning MH m64 row blocks of the tile (BM = 64 WGS MH), one
+ *   wgmma m64nBNk32 per row block per k32 stage; thread 0 also issues the bulk copies (a separate
+ *   producer warp costs registers the accumulators need). Why one warpgroup with a 64 x 256 tile: the
+ *   kernel is bound by the bytes it can keep in flight from L2 (a shorter B prefetch distance costs
+ *   10 %), a CTA may hold < 48 KiB under OpenCL, so more CTAs per SM are the only way to more bytes in
+ *   flight; 64 x 256 keeps 128 accumulators a thread without serialised wgmmas in 166 registers, three
+ *   CTAs per SM (bench/results/gpu-notes.md, runs 11-15; clusters cannot be launched through OpenCL).
  *   B: pre-packed by ember__cl_pack_b_wgmma (cl_pack_mma.c) into [N/BN][K/32] stages of BN x 32 bytes,
  *      each in wgmma's K-major no-swizzle canonical layout (core matrix = 8 columns x 16 k-bytes, 128 B
  *      contiguous; core (n8 group ng, k16 half h) at (2 ng + h) * 128), with the k permutation below;
  *      thread 0 moves one stage with one 1-D bulk copy
  *      (cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes) completing on full[slot].
- *   A: row-major int8 [M][lda], lda % 16 == 0; each consumer thread fetches its own wgmma A fragment
- *      bytes (16 per row per k64) with cp.async into a private shared-memory slot DA blocks ahead and
- *      reads them into registers just before its wgmma (A from registers). To make that one 16-byte load, k is
+ *   A: row-major int8 [M][lda], lda % 16 == 0; each thread fetches its own wgmma A fragment
+ *      bytes (16 per row per k64, 2 MH rows) with cp.async into a private shared-memory slot DA blocks ahead and
+ *      reads them (8 bytes a row per k32 stage) into registers just before its wgmma (A from registers). To make that one 16-byte load, k is
  *      permuted inside each k64 block: wgmma logical k = 32 s + 16 h + 4 t + i (k32 step s, half h,
  *      quad t, byte i) reads physical k = 16 t + 8 s + 4 h + i; B is packed with the same permutation,
  *      so the sum is unchanged (integer addition is exact in any order).
  *   Split-K: get_group_id(1) (blockIdx.y) takes k64 blocks [y * kps, (y + 1) * kps). Mode 1 adds into a
  *   zeroed C with atomics; modes 0 / 2 with more than one split reduce in-kernel: partial tiles go to
- *   the workspace `ws` (tiles * splits * 128 * BN ints) and the last split of each tile (atomic
+ *   the workspace `ws` (tiles * splits * BM * BN ints) and the last split of each tile (atomic
  *   counter in `counters`, tiles ints, zero before the first launch, left zero by every launch) sums
  *   them and runs the epilogue.
  *   Epilogue `mode` as in qgemm_mma.cl: 0 int32 store, 1 int32 atomic add, 2 float with scales
@@ -74,12 +78,6 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
                      smem_u32(dst)),
                  "l"(src), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
-}
-
-/* L2 prefetch of a byte range (no shared memory, no completion: only warms the L2) */
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo)
@@ -143,7 +141,7 @@ template <> __device__ __forceinline__ void wgmma_bn<128>(int *d, const unsigned
 /* WGS warpgroups per CTA (NT = 128 WGS threads), MH = 2 / WGS m64 halves of the 128-row tile per
  * warpgroup: WGS 2 = one half each (the 256-thread kernels), WGS 1 = one warpgroup issuing both halves'
  * wgmmas (128 threads, 2 x BN / 2 accumulators a thread: three 128 x 128 CTAs fit an SM's registers). */
-template <int BN, int STAGES, int DA, int WGS, int MH, int PF>
+template <int BN, int STAGES, int DA, int WGS, int MH>
 __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp,
                                            int *C, int ldc, int M, int N, int K, int kps, int mode,
                                            const float *sa, int sas, const float *sb, int sbs, int desc_swap,
@@ -188,9 +186,6 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
             mbar_expect_tx(&full[it], STAGE_BYTES);
             bulk_g2s(sB + it * STAGE_BYTES, bsrc + (size_t)it * STAGE_BYTES, STAGE_BYTES, &full[it]);
         }
-        /* PF > 0: the B stages PF beyond the shared-memory ring are prefetched into L2 */
-        for (int it = STAGES; PF && it < STAGES + PF && it < nst; it++)
-            bulk_prefetch_l2(bsrc + (size_t)it * STAGE_BYTES, STAGE_BYTES);
     }
 
     /* consumers: thread (warpgroup wg, warp w, g, t) holds rows row0[h], row1[h] of half wg * MH + h */
@@ -229,8 +224,6 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
                 mbar_expect_tx(&full[ps_], STAGE_BYTES);                                                   \
                 bulk_g2s(sB + ps_ * STAGE_BYTES, bsrc + (size_t)((it_) - 1 + STAGES) * STAGE_BYTES,        \
                          STAGE_BYTES, &full[ps_]);                                                         \
-                if (PF && (it_) - 1 + STAGES + PF < nst)                                                   \
-                    bulk_prefetch_l2(bsrc + (size_t)((it_) - 1 + STAGES + PF) * STAGE_BYTES, STAGE_BYTES); \
             }                                                                                              \
             __syncwarp();                                                                                  \
         }                                                                                                  \
@@ -254,10 +247,6 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d_ + (uint32_t)NT * 16u),    \
                          "l"(s1_), "r"(n1_)                                                                \
                          : "memory");                                                                      \
-            if (PF && t == 0 && k_ + 64 * (PF / 2) < K) { /* the rows' 64 bytes PF / 2 blocks later */      \
-                if (row0[h_] < M) asm volatile("prefetch.global.L2 [%0];" ::"l"(s0_ + 64 * (PF / 2)));      \
-                if (row1[h_] < M) asm volatile("prefetch.global.L2 [%0];" ::"l"(s1_ + 64 * (PF / 2)));      \
-            }                                                                                              \
         }                                                                                                  \
     } while (0)
 
@@ -326,7 +315,7 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         }
 }
 
-#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, WGS_, MH_, MINB, PF_)                                              \
+#define QGEMM_WGMMA_KERNEL(name, BN_, ST_, DA_, WGS_, MH_, MINB)                                              \
     extern "C" __global__ void __launch_bounds__(128 * WGS_, MINB)                                         \
         name(const int8_t *__restrict__ A, int lda, const int8_t *__restrict__ Bp, int *C, int ldc, int M,    \
              int N, int K, int kps, int mode, const float *sa, int sas, const float *sb, int sbs,           \
@@ -336,23 +325,20 @@ __device__ __forceinline__ void qgemm_body(const int8_t *__restrict__ A, int lda
         __shared__ __align__(128) uint8_t sB[ST_ * BN_ * 32];                                              \
         __shared__ __align__(16) uint4 sA[DA_ * 2 * 128 * WGS_ * MH_];                                      \
         __shared__ __align__(8) uint64_t full[ST_], empty[ST_];                                            \
-        qgemm_body<BN_, ST_, DA_, WGS_, MH_, PF_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, \
+        qgemm_body<BN_, ST_, DA_, WGS_, MH_>(A, lda, Bp, C, ldc, M, N, K, kps, mode, sa, sas, sb, sbs, desc_swap, \
                                         sB, sA, full, empty, ws, counters);                                \
     }
 
 /* name, BN, B stages (k32), A blocks (k64) ahead, warpgroups, m64 row blocks per warpgroup (tile rows
- * BM = 64 x warpgroups x row blocks), CTAs per SM, L2 prefetch distance (k32 stages beyond the ring,
- * 0 = none); static shared memory < 48 KiB. Work-group size 128 x warpgroups. */
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x256, 256, 3, 2, 2, 1, 1, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128, 128, 6, 2, 2, 1, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x128_a3, 128, 4, 3, 1, 2, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_128x64_s8, 64, 8, 3, 1, 2, 4, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4, 256, 4, 2, 1, 1, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s3, 256, 3, 4, 1, 1, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4a3, 256, 4, 3, 1, 1, 3, 0)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s6, 128, 6, 4, 1, 1, 4, 0)
+ * BM = 64 x warpgroups x row blocks), CTAs per SM; static shared memory < 48 KiB. Work-group size
+ * 128 x warpgroups. The backend runs w1_64x256_s4a3 (grids of >= 396 tiles: 3 CTAs per SM, 166
+ * registers) and w1_64x128_s6 (4 CTAs per SM, with split-K); the others are measured beside them
+ * (bench/gpu/run.sh; 128x128_a3 was the first round's kernel). */
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x128_a3, 128, 4, 3, 2, 1, 2)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4, 256, 4, 2, 1, 1, 3)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4a3, 256, 4, 3, 1, 1, 3)
+QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s6, 128, 6, 4, 1, 1, 4)
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
