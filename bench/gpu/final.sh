@@ -5,7 +5,7 @@
 # that machine's gcc flags maybe-uninitialized in dispatch/ files at -O2, not in this work).
 OUT=${OUT:-.}
 export OUT
-EMBER_TW=90 bash bench/gpu/run.sh > $OUT/bench_stdout.txt 2>&1
+EMBER_TW=150 EMBER_SPLITS=2,3,4 bash bench/gpu/run.sh > $OUT/bench_stdout.txt 2>&1
 echo "== build + ctest" | tee -a $OUT/all.log
 ( cmake -S . -B /tmp/bg -DEMBER_WERROR=OFF -DCMAKE_BUILD_TYPE=Release -DEMBER_BUILD_EXAMPLES=OFF \
     -DEMBER_BUILD_BENCH=OFF > /tmp/build.log 2>&1 && cmake --build /tmp/bg -j16 >> /tmp/build.log 2>&1 ) \
