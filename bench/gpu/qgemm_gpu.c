@@ -144,6 +144,9 @@ static wg_variant wgv[] = {
     {"wgmma_w1_64x256_s4", "qgemm_wgmma_w1_64x256_s4", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x256_s4a3", "qgemm_wgmma_w1_64x256_s4a3", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x128_s6", "qgemm_wgmma_w1_64x128_s6", 64, 128, 128, 0, 0},
+    {"wgmma_w1_64x128_s9", "qgemm_wgmma_w1_64x128_s9", 64, 128, 128, 0, 0},
+    {"wgmma_w1_64x64_s14", "qgemm_wgmma_w1_64x64_s14", 64, 64, 128, 0, 0},
+    {"wgmma_w1_64x64_s16", "qgemm_wgmma_w1_64x64_s16", 64, 64, 128, 0, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
 
