@@ -144,9 +144,6 @@ static wg_variant wgv[] = {
     {"wgmma_w1_64x256_s4", "qgemm_wgmma_w1_64x256_s4", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x256_s4a3", "qgemm_wgmma_w1_64x256_s4a3", 64, 256, 128, 0, 0},
     {"wgmma_w1_64x128_s6", "qgemm_wgmma_w1_64x128_s6", 64, 128, 128, 0, 0},
-    {"wgmma_w1_64x128_s9", "qgemm_wgmma_w1_64x128_s9", 64, 128, 128, 0, 0},
-    {"wgmma_w1_64x64_s14", "qgemm_wgmma_w1_64x64_s14", 64, 64, 128, 0, 0},
-    {"wgmma_w1_64x64_s16", "qgemm_wgmma_w1_64x64_s16", 64, 64, 128, 0, 0},
 };
 #define NWG ((int)(sizeof wgv / sizeof wgv[0]))
 
@@ -432,8 +429,8 @@ int main(int argc, char **argv)
         cl_mem dC = clCreateBuffer(ctx, CL_MEM_READ_WRITE, cbytes, NULL, &e);
         CK(e);
         {
-            size_t tiles = (size_t)((M + 127) / 128) * (size_t)((N + 63) / 64); /* bn 64 */
-            size_t wsb = tiles * 16 * 128 * 64 * 4; /* up to 16 splits */
+            size_t tiles = (size_t)((M + 63) / 64) * (size_t)((N + 63) / 64); /* the most tiles of any kernel */
+            size_t wsb = tiles * 16 * 64 * 64 * 4; /* up to 16 splits */
             if (wsb > ((size_t)1 << 31)) wsb = (size_t)1 << 31;
             g_ws = clCreateBuffer(ctx, CL_MEM_READ_WRITE, wsb, NULL, &e);
             CK(e);

@@ -339,9 +339,6 @@ QGEMM_WGMMA_KERNEL(qgemm_wgmma_128x64_s8, 64, 8, 3, 2, 1, 2)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4, 256, 4, 2, 1, 1, 3)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x256_s4a3, 256, 4, 3, 1, 1, 3)
 QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s6, 128, 6, 4, 1, 1, 4)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x128_s9, 128, 9, 2, 1, 1, 4)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x64_s14, 64, 14, 3, 1, 1, 5)
-QGEMM_WGMMA_KERNEL(qgemm_wgmma_w1_64x64_s16, 64, 16, 2, 1, 1, 5)
 
 /* Diagnostic: echoes its parameters into C[0..12] (checks the OpenCL argument passing of this module). */
 extern "C" __global__ void qgemm_wgmma_probe(const int8_t *A, int lda, const int8_t *Bp, int *C, int ldc, int M,
