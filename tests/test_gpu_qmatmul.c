@@ -30,6 +30,40 @@ static void read_raw(const ember_tensor *t, void *dst) {
     TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
 }
 
+/* Elements of O (batch x m x n) that differ from 0 + (sa * sb) * (float)acc, acc the exact int32
+ * sum of the stored int8 values of qa (batch x m x k) and qb (batch x k x n, or one k x n matrix
+ * for every batch entry when bcast_b); all elements (full) or 4096 sampled. */
+static long exact_errors(const ember_tensor *qa, const ember_tensor *qb, const float *O, int64_t batch, int64_t m,
+                         int64_t n, int64_t k, int full, int bcast_b) {
+    size_t no = (size_t)(batch * m * n);
+    int8_t *ab = malloc(qa->nbytes), *bb = malloc(qb->nbytes);
+    read_raw(qa, ab);
+    read_raw(qb, bb);
+    float sa, sb;
+    memcpy(&sa, ab + qa->q.scales_offset, 4);
+    memcpy(&sb, bb + qb->q.scales_offset, 4);
+    long bad = 0, checked = (long)(full ? no : 4096);
+    for (long c = 0; c < checked; c++) {
+        size_t idx = full ? (size_t)c : (size_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand()) % no);
+        int64_t bi = (int64_t)idx / (m * n), i = ((int64_t)idx / n) % m, j = (int64_t)idx % n;
+        int32_t acc = 0;
+        for (int64_t p = 0; p < k; p++)
+            acc += (int32_t)ab[(bi * m + i) * k + p] * (int32_t)bb[((bcast_b ? 0 : bi) * k + p) * n + j];
+        volatile float prod = sa * sb;
+        volatile float term = prod * (float)acc;
+        float want = 0.0f + term;
+        if (memcmp(&want, &O[idx], 4) != 0) {
+            if (bad < 3)
+                fprintf(stderr, "  %s %lldx%lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
+                        (long long)batch, (long long)m, (long long)n, (long long)k, idx, O[idx], want);
+            bad++;
+        }
+    }
+    free(ab);
+    free(bb);
+    return bad;
+}
+
 static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
     size_t na = (size_t)(batch * m * k), nb = (size_t)(batch * k * n), no = (size_t)(batch * m * n);
     float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4);
@@ -46,30 +80,7 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
     TU_OK(ember_q_matmul(qa, qb, &o));
     CU_ASSERT_PTR_NOT_NULL_FATAL(o);
     TU_OK(ember_tensor_read(o, O, no * 4));
-    int8_t *ab = malloc(qa->nbytes), *bb = malloc(qb->nbytes);
-    read_raw(qa, ab);
-    read_raw(qb, bb);
-    float sa, sb;
-    memcpy(&sa, ab + qa->q.scales_offset, 4);
-    memcpy(&sb, bb + qb->q.scales_offset, 4);
-    long bad = 0, checked = (long)(full ? no : 4096);
-    for (long c = 0; c < checked; c++) {
-        size_t idx = full ? (size_t)c : (size_t)(((uint64_t)rand() << 31 ^ (uint64_t)rand()) % no);
-        int64_t bi = (int64_t)idx / (m * n), i = ((int64_t)idx / n) % m, j = (int64_t)idx % n;
-        int32_t acc = 0;
-        for (int64_t p = 0; p < k; p++)
-            acc += (int32_t)ab[(bi * m + i) * k + p] * (int32_t)bb[(bi * k + p) * n + j];
-        volatile float prod = sa * sb;
-        volatile float term = prod * (float)acc;
-        float want = 0.0f + term;
-        if (memcmp(&want, &O[idx], 4) != 0) {
-            if (bad < 3)
-                fprintf(stderr, "  %s %lldx%lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
-                        (long long)batch, (long long)m, (long long)n, (long long)k, idx, O[idx], want);
-            bad++;
-        }
-    }
-    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(exact_errors(qa, qb, O, batch, m, n, k, full, 0), 0);
     if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul && m * n * k <= (int64_t)1 << 33) {
         /* the CPU backend from the same floats (quantization is bit-identical across backends) */
         ember_tensor *ha = NULL, *hb = NULL, *hqa = NULL, *hqb = NULL, *ho = NULL;
@@ -88,8 +99,6 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
         for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
             ember_tensor_free(hs[i]);
     }
-    free(ab);
-    free(bb);
     ember_tensor_free(xa);
     ember_tensor_free(xb);
     ember_tensor_free(qa);
@@ -210,6 +219,52 @@ static void test_bench_shapes(void) {
     one_case(1, 4096, 4096, 4096, 0);
 }
 
+/* The packed rhs kept in the tensor's pack cache (cl_qmatmul_mma.c): a weight W used by several
+ * calls (two matrices, batch offsets; then broadcast over a batch of 3) is packed on the first
+ * tensor-core call and reused; a call needing another layout (M = 1: the skinny kernel) packs its
+ * own. Every result exact. */
+static void test_pack_cache(void) {
+    const int64_t k = 200, n = 300;
+    ember_qscheme qs = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    for (int bc = 0; bc < 2; bc++) {
+        const int64_t wb = bc ? 1 : 2, batch = bc ? 3 : 2;
+        float *W = malloc((size_t)(wb * k * n) * 4);
+        CU_ASSERT_FATAL(W != NULL);
+        tu_rand_f32(&rng, W, (size_t)(wb * k * n), -0.5f, 0.5f);
+        int64_t wsh[3] = {wb, k, n};
+        ember_tensor *xw = NULL, *qw = NULL;
+        TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, wsh, W, &xw)); /* [1][k][n]: broadcast */
+        TU_OK(ember_quantize(xw, &qs, &qw));
+        CU_ASSERT_PTR_NULL(qw->pack.data);
+        static const int64_t ms[] = {100, 100, 1, 40};
+        for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
+            const int64_t m = ms[c];
+            size_t na = (size_t)(batch * m * k), no = (size_t)(batch * m * n);
+            float *A = malloc(na * 4), *O = malloc(no * 4);
+            CU_ASSERT_FATAL(A && O);
+            tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
+            int64_t ash[3] = {batch, m, k};
+            ember_tensor *xa = NULL, *qa = NULL, *o = NULL;
+            TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, ash, A, &xa));
+            TU_OK(ember_quantize(xa, &qs, &qa));
+            TU_OK(ember_q_matmul(qa, qw, &o));
+            CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+            TU_OK(ember_tensor_read(o, O, no * 4));
+            CU_ASSERT_EQUAL(exact_errors(qa, qw, O, batch, m, n, k, 1, bc), 0);
+            if (c == 0)
+                CU_ASSERT_PTR_NOT_NULL(qw->pack.data); /* filled by the first call */
+            ember_tensor_free(xa);
+            ember_tensor_free(qa);
+            ember_tensor_free(o);
+            free(A);
+            free(O);
+        }
+        ember_tensor_free(xw);
+        ember_tensor_free(qw);
+        free(W);
+    }
+}
+
 static int suite_init(void) {
     rng = tu_seed();
     srand((unsigned)rng);
@@ -261,6 +316,7 @@ int main(void) {
         CU_TestInfo tests[] = {{"edge shapes, exact", test_edges},
                                {"per-row / per-column scales, exact", test_per_channel},
                                {"bench shapes, exact (sampled)", test_bench_shapes},
+                               {"packed rhs cached across calls", test_pack_cache},
                                CU_TEST_INFO_NULL};
         char suite[64];
         snprintf(suite, sizeof suite, "q_matmul on %s", path_label);

@@ -198,6 +198,11 @@ typedef struct ember__cl_qgemm_args {
     /* appended: per-row / per-column scales (NULL: per-tensor, use `scale`) */
     cl_mem sa, sb;
     int64_t a_group, b_group;
+    /* appended: the rhs tensor and the call's per-batch element offsets into it (host copy of
+     * what b_off holds in bytes), for a path that keeps B packed in the tensor's pack cache;
+     * NULL: pack per call */
+    const ember_tensor *b_tensor;
+    const int64_t *b_off_elems;
 } ember__cl_qgemm_args;
 
 typedef struct ember__cl_qpath {

@@ -237,7 +237,9 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
                                   .sa = tmp[3],
                                   .sb = tmp[4],
                                   .a_group = ag,
-                                  .b_group = bg};
+                                  .b_group = bg,
+                                  .b_tensor = b,
+                                  .b_off_elems = g->b_off};
         ember__cl_device *d = &s->dev[dev];
         const ember__cl_qpath *path = __atomic_load_n(&d->qpath, __ATOMIC_ACQUIRE);
         if (per_channel && !path->per_channel)

@@ -11,8 +11,12 @@
  * write); the GEMM kernel then writes out_i = 0 + f * (float)acc directly (mode 2; f = scale[0]
  * per-tensor, or sa[r / a_group] * sb[c / b_group] per row / column: the CPU backend's epilogue). M <= 16 runs the skinny mma kernel on both paths
  * (the weight-streaming case). Shapes past 2^30 in any dimension go to the generic path.
- * Not done yet: caching the packed B across calls (ember__pack_cache); today B is packed per call,
- * one extra read + write of the weights (measured in bench/results/gpu.md as a separate line). */
+ * Weight pre-packing: when every B block of the call starts at a whole matrix of the rhs tensor
+ * (the usual weight use), the first call packs ALL the tensor's matrices in the kernel's layout and
+ * keeps them in the tensor's pack cache (one cl_mem per matrix, freed with the tensor); later calls
+ * with the same layout (mma, wgmma 64x128 or 64x256 tiles; trans_b) skip the pack. A call needing
+ * another layout than the cached one packs into a temporary, as every call did before. The cached
+ * copy costs the packed size again in device memory (K and N rounded up to the tiles). */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,6 +101,115 @@ static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
     return EMBER_OK;
 }
 
+#define CLPACK_KIND 0x434c5042 /* "CLPB": data is a clpack */
+
+/* The packed matrices of one rhs tensor: layout = 0 mma fragment order, else the wgmma tile
+ * width (128 or 256); buf[j] = matrix j of the tensor (pbytes each). */
+typedef struct clpack {
+    int layout, trans;
+    int64_t k, n, nmat;
+    size_t pbytes;
+    cl_mem buf[];
+} clpack;
+
+static void clpack_release(void *state, void *data) {
+    (void)state;
+    clpack *c = data;
+    for (int64_t j = 0; j < c->nmat; j++)
+        if (c->buf[j])
+            clReleaseMemObject(c->buf[j]);
+    ember__free(c);
+}
+
+/* Pack matrix at byte offsets boff[idx] of q->b into dst (layout as in clpack). */
+static ember_status pack_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, cl_mem boff, cl_int idx,
+                           int layout, size_t pbytes, cl_mem dst) {
+    cl_int tb = q->trans_b, K = (cl_int)q->k, N = (cl_int)q->n, bn = layout;
+    cl_long ldb = q->ldb, pb = (cl_long)pbytes;
+    const size_t local = 256, global = ember__cl_round_up(pbytes, 256);
+    if (layout) {
+        const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx), EMBER_CL_ARG(ldb),
+                                      EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),    EMBER_CL_ARG(N),   EMBER_CL_ARG(bn),
+                                      EMBER_CL_ARG(dst),  EMBER_CL_ARG(pb)};
+        return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_wgmma", 10, args, 1, &global,
+                                &local);
+    }
+    const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx), EMBER_CL_ARG(ldb),
+                                  EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),    EMBER_CL_ARG(N),   EMBER_CL_ARG(dst),
+                                  EMBER_CL_ARG(pb)};
+    return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_mma", 9, args, 1, &global, &local);
+}
+
+/* The rhs tensor's packed matrices in `layout`, from its pack cache (filled here on first use), or
+ * *out = NULL when the call's B blocks are not whole matrices of the tensor or the cache holds
+ * another layout (the caller then packs per call). */
+static ember_status cached_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, int layout, size_t pbytes,
+                             clpack **out) {
+    *out = NULL;
+    const ember_tensor *b = q->b_tensor;
+    if (!b || !q->b_off_elems || b->rank < 2)
+        return EMBER_OK;
+    const int64_t rows = b->shape[b->rank - 2], cols = b->shape[b->rank - 1], mat = rows * cols;
+    if (mat <= 0 || mat != q->k * q->n)
+        return EMBER_OK;
+    const int64_t nmat = (int64_t)b->numel / mat;
+    for (int64_t i = 0; i < q->batch; i++)
+        if (q->b_off_elems[i] % mat != 0 || q->b_off_elems[i] / mat >= nmat)
+            return EMBER_OK;
+    ember_tensor *bt = (ember_tensor *)b; /* the cache is mutable state of a const handle */
+    pthread_mutex_lock(&bt->pack.lock);
+    clpack *c = bt->pack.kind == CLPACK_KIND ? bt->pack.data : NULL;
+    if (c && c->layout == layout && c->trans == q->trans_b && c->k == q->k && c->n == q->n) {
+        pthread_mutex_unlock(&bt->pack.lock);
+        *out = c;
+        return EMBER_OK;
+    }
+    if (bt->pack.data) { /* another layout is cached: this call packs its own */
+        pthread_mutex_unlock(&bt->pack.lock);
+        return EMBER_OK;
+    }
+    ember_status st = EMBER_OK;
+    cl_long *offs = ember__malloc((size_t)nmat * sizeof(cl_long));
+    c = ember__calloc(1, sizeof *c + (size_t)nmat * sizeof(cl_mem));
+    if (!offs || !c) {
+        ember__free(offs);
+        ember__free(c);
+        pthread_mutex_unlock(&bt->pack.lock);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for the packed rhs of %lld matrices",
+                   (long long)nmat);
+    }
+    c->layout = layout;
+    c->trans = q->trans_b;
+    c->k = q->k;
+    c->n = q->n;
+    c->nmat = nmat;
+    c->pbytes = pbytes;
+    for (int64_t j = 0; j < nmat; j++) /* byte offset of matrix j: rows j*rows.. of ldb bytes */
+        offs[j] = (cl_long)(j * rows * q->ldb);
+    cl_mem boff = NULL;
+    st = ember__cl_temp(s, dev, "q_matmul", (size_t)nmat * sizeof(cl_long), offs, &boff);
+    ember__free(offs);
+    for (int64_t j = 0; st == EMBER_OK && j < nmat; j++) {
+        st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &c->buf[j]);
+        if (st == EMBER_OK)
+            st = pack_b(s, dev, q, boff, (cl_int)j, layout, pbytes, c->buf[j]);
+    }
+    if (boff)
+        clReleaseMemObject(boff);
+    if (st != EMBER_OK) {
+        clpack_release(NULL, c);
+        pthread_mutex_unlock(&bt->pack.lock);
+        return st;
+    }
+    bt->pack.data = c;
+    bt->pack.bytes = (size_t)nmat * pbytes;
+    bt->pack.kind = CLPACK_KIND;
+    bt->pack.release = clpack_release;
+    pthread_mutex_unlock(&bt->pack.lock);
+    *out = c;
+    return EMBER_OK;
+}
+
 static ember_status launch_ptx(ember__cl_state *s, int dev, const char *kernel, int nargs,
                                const ember__cl_arg *args, const size_t *global, const size_t *local) {
     cl_program p = NULL;
@@ -144,8 +257,11 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
     cl_mem ap = NULL, bp = NULL, ones = NULL, ws = NULL, cnt = NULL;
     const cl_float one = 1.0f;
-    ember_status st = ember__cl_temp(s, dev, "q_matmul", abytes, NULL, &ap);
+    clpack *cache = NULL;
+    ember_status st = cached_b(s, dev, q, use_wg ? wbn : 0, pbytes, &cache);
     if (st == EMBER_OK)
+        st = ember__cl_temp(s, dev, "q_matmul", abytes, NULL, &ap);
+    if (st == EMBER_OK && !cache)
         st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &bp);
     if (st == EMBER_OK)
         st = ember__cl_temp(s, dev, "q_matmul", sizeof one, &one, &ones);
@@ -174,8 +290,8 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     else
         snprintf(opts, sizeof opts, "-DBM=128 -DBN=128 -DWM=64 -DWN=32 -DSTAGES=2");
     for (int64_t i = 0; st == EMBER_OK && i < q->batch; i++) {
-        cl_int idx = (cl_int)i, ta = q->trans_a, tb = q->trans_b, M = m, N = n, K = k, ld16 = lda16;
-        cl_long lda = q->lda, ldb = q->ldb, pb = (cl_long)pbytes, c_off = i * q->m * q->n;
+        cl_int idx = (cl_int)i, ta = q->trans_a, M = m, N = n, K = k, ld16 = lda16;
+        cl_long lda = q->lda, c_off = i * q->m * q->n;
         { /* A_i -> [m][lda16] */
             const ember__cl_arg args[] = {EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(idx),
                                           EMBER_CL_ARG(lda),  EMBER_CL_ARG(ta),       EMBER_CL_ARG(M),
@@ -187,24 +303,12 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         }
         if (st != EMBER_OK)
             break;
-        { /* B_i -> packed */
-            const size_t local = 256, global = ember__cl_round_up(pbytes, 256);
-            if (use_wg) {
-                cl_int bn = wbn;
-                const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(idx),
-                                              EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),       EMBER_CL_ARG(K),
-                                              EMBER_CL_ARG(N),    EMBER_CL_ARG(bn),       EMBER_CL_ARG(bp),
-                                              EMBER_CL_ARG(pb)};
-                st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_wgmma", 10, args, 1,
-                                      &global, &local);
-            } else {
-                const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(q->b_off), EMBER_CL_ARG(idx),
-                                              EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),       EMBER_CL_ARG(K),
-                                              EMBER_CL_ARG(N),    EMBER_CL_ARG(bp),       EMBER_CL_ARG(pb)};
-                st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_mma", 9, args, 1,
-                                      &global, &local);
-            }
-        }
+        /* B_i: the cached packed matrix, or packed now into bp */
+        cl_mem bmat = bp;
+        if (cache)
+            bmat = cache->buf[q->b_off_elems[i] / (q->k * q->n)];
+        else
+            st = pack_b(s, dev, q, q->b_off, idx, use_wg ? wbn : 0, pbytes, bp);
         if (st != EMBER_OK)
             break;
         /* the GEMM: mode 2 (float out), per-tensor scale[0] * 1.0f */
@@ -214,7 +318,7 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
             cl_int swap = 0;
             cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
             const ember__cl_arg args[] = {
-                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat),     EMBER_CL_ARG(q->out),
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
                 EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
                 EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
@@ -224,7 +328,7 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
                             global, local);
         } else {
             const ember__cl_arg args[] = {
-                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bp),       EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat),     EMBER_CL_ARG(q->out),
                 EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
                 EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
                 EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(c_off)};

@@ -14,6 +14,10 @@ if [ -d /tmp/bg/tests ]; then
   (cd /tmp/bg && EMBER_OPENCL_DEVICE=NVIDIA timeout 240 ctest -L 'gpu|opencl' --output-on-failure --timeout 220 2>&1 \
     | tail -40 | tee -a $OUT/all.log)
 fi
+if [ -f /tmp/bg/libember.so ]; then # the public API path: first call (packs the weight) vs later calls
+  gcc -O2 -std=gnu11 -I include -I /tmp/bg/include -o /tmp/api_gpu bench/gpu/api_gpu.c -L /tmp/bg -lember \
+      -Wl,-rpath,/tmp/bg -lm && EMBER_OPENCL_DEVICE=NVIDIA timeout 120 /tmp/api_gpu 2>&1 | tee -a $OUT/all.log
+fi
 grep -E "^(stream|empty kernel)" $OUT/all.log
 tail -16 $OUT/bench_stdout.txt
 rm -f $OUT/bench_stdout.txt
