@@ -933,6 +933,32 @@ static void test_other_devices(void) {
             other_device_case(c2, dev, 9, 10, fallback);
             other_device_case(c2, dev, 37, 300, fallback);
         }
+        /* select of slices that are no whole number of 4-byte words: U8 [6, 7, 3] along axis 1 */
+        const int64_t us[3] = {6, 7, 3}, is[1] = {5};
+        unsigned char u[126];
+        for (int i = 0; i < 126; i++)
+            u[i] = (unsigned char)tu_next(&rng);
+        const int32_t idx[5] = {6, 0, 3, 3, 1};
+        ember_tensor *hu = NULL, *hi = NULL, *du = NULL, *di = NULL, *ho = NULL, *dout = NULL;
+        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_U8, 3, us, u, &hu));
+        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_I32, 1, is, idx, &hi));
+        if (ember_tensor_from_data(c2, dev, EMBER_U8, 3, us, u, &du) == EMBER_OK &&
+            ember_tensor_from_data(c2, dev, EMBER_I32, 1, is, idx, &di) == EMBER_OK) {
+            unsigned char hb[90], db[90];
+            TU_OK(ember_select(hu, 1, hi, &ho));
+            TU_OK(ember_select(du, 1, di, &dout));
+            TU_OK(ember_tensor_read(ho, hb, sizeof hb));
+            TU_OK(ember_tensor_read(dout, db, sizeof db));
+            CU_ASSERT_EQUAL(memcmp(hb, db, sizeof hb), 0);
+            CU_ASSERT_EQUAL(hb[0], u[6 * 3]); /* out[0, 0, 0] = x[0, idx[0] = 6, 0] */
+            CU_ASSERT_EQUAL(hb[3], u[0]);     /* out[0, 1, 0] = x[0, idx[1] = 0, 0] */
+        }
+        ember_tensor_free(hu);
+        ember_tensor_free(hi);
+        ember_tensor_free(du);
+        ember_tensor_free(di);
+        ember_tensor_free(ho);
+        ember_tensor_free(dout);
     }
     ember_context_destroy(c2);
 }

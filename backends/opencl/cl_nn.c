@@ -78,17 +78,15 @@ static ember_status cl_select(void *state, int dev, const ember_tensor *x,
     const int64_t n_idx = (int64_t)indices->numel;
     if (inner_bytes == 0 || outer == 0 || n_idx == 0)
         return EMBER_OK;
-    const int words = inner_bytes % 4 == 0;
-    cl_long o = outer, nn = n, ni = n_idx, w = (cl_long)(words ? inner_bytes / 4 : inner_bytes);
-    cl_int i64 = indices->dtype == EMBER_I64;
+    cl_int wide = inner_bytes % 4 == 0, i64 = indices->dtype == EMBER_I64;
+    cl_long o = outer, nn = n, ni = n_idx, w = (cl_long)(wide ? inner_bytes / 4 : inner_bytes);
     cl_mem X = ember__cl_mem(x), I = ember__cl_mem(indices), O = ember__cl_mem(out);
-    const ember__cl_arg args[] = {EMBER_CL_ARG(o), EMBER_CL_ARG(nn),  EMBER_CL_ARG(ni),
-                                  EMBER_CL_ARG(w), EMBER_CL_ARG(X),   EMBER_CL_ARG(I),
-                                  EMBER_CL_ARG(i64), EMBER_CL_ARG(O)};
+    const ember__cl_arg args[] = {EMBER_CL_ARG(o), EMBER_CL_ARG(nn),   EMBER_CL_ARG(ni),
+                                  EMBER_CL_ARG(w), EMBER_CL_ARG(wide), EMBER_CL_ARG(X),
+                                  EMBER_CL_ARG(I), EMBER_CL_ARG(i64),  EMBER_CL_ARG(O)};
     size_t l[2] = {wg1(&s->dev[dev]), 1};
     size_t g[2] = {ember__cl_round_up((size_t)w, l[0]), (size_t)(outer * n_idx)};
-    return ember__cl_launch(s, dev, "select", "nn", "-DL=1", words ? "select_u32" : "select_u8", 8,
-                            args, 2, g, l);
+    return ember__cl_launch(s, dev, "select", "nn", "-DL=1", "select_rows", 9, args, 2, g, l);
 }
 
 static ember_status cl_softmax(void *state, int dev, const ember_tensor *x, int64_t rows,

@@ -1,6 +1,6 @@
 /* nn.cl: the neural-network ops of ember/nn.h on an OpenCL device (backends/opencl/cl_nn.c).
  *
- * relu_f32, relu_backward_f32, axpy_f32, argmax_f32, select_u32 / select_u8 give the very bits of
+ * relu_f32, relu_backward_f32, axpy_f32, argmax_f32, select_rows give the very bits of
  * the host kernels (backends/cpu/cpu_nn.c): the same comparisons, one rounding per axpy element
  * (contraction into fma is off in this file), the same first-index rule for ties and NaN.
  * softmax_f32 and cross_entropy_f32 reduce a row in one work-group (a power-of-two size L, given
@@ -66,26 +66,20 @@ static long index_at(__global const int *idx, const int idx64, const long i) {
     return idx64 ? ((__global const long *)idx)[i] : (long)idx[i];
 }
 
-/* out[o, i, :] = x[o, idx[i], :], a slice being `w` words (uint or uchar): dimension 0 runs over
- * the words of a slice, dimension 1 over (o, i) = o * n_idx + i. */
-__kernel void select_u32(const long outer, const long n, const long n_idx, const long w,
-                         __global const uint *x, __global const int *idx, const int idx64,
-                         __global uint *out) {
+/* out[o, i, :] = x[o, idx[i], :], a slice being `w` words: 4-byte words when `wide`, else bytes.
+ * Dimension 0 runs over the words of a slice, dimension 1 over (o, i) = o * n_idx + i. */
+__kernel void select_rows(const long outer, const long n, const long n_idx, const long w,
+                          const int wide, __global const uchar *x, __global const int *idx,
+                          const int idx64, __global uchar *out) {
     const long j = (long)get_global_id(0), row = (long)get_global_id(1);
     if (j >= w || row >= outer * n_idx)
         return;
     const long o = row / n_idx, i = row % n_idx;
-    out[row * w + j] = x[(o * n + index_at(idx, idx64, i)) * w + j];
-}
-
-__kernel void select_u8(const long outer, const long n, const long n_idx, const long w,
-                        __global const uchar *x, __global const int *idx, const int idx64,
-                        __global uchar *out) {
-    const long j = (long)get_global_id(0), row = (long)get_global_id(1);
-    if (j >= w || row >= outer * n_idx)
-        return;
-    const long o = row / n_idx, i = row % n_idx;
-    out[row * w + j] = x[(o * n + index_at(idx, idx64, i)) * w + j];
+    const long src = (o * n + index_at(idx, idx64, i)) * w + j, dst = row * w + j;
+    if (wide)
+        ((__global uint *)out)[dst] = ((__global const uint *)x)[src];
+    else
+        out[dst] = x[src];
 }
 
 /* ---- row reductions over one work-group of L items ---- */
