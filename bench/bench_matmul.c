@@ -525,6 +525,13 @@ static int parse_shape(const char *s, shape *out) {
     return 0;
 }
 
+/* 2 ms of idleness before each timed call, so that whatever the previous row left spinning or
+ * draining (library threads, an OpenCL device's queue threads) is asleep by the time it starts. */
+static void quiet_gap(void) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+}
+
 static void usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s [--csv | --json] [--reps N (>= 5)] [--shape MxNxK]... [--only SUBSTRING]\n",
@@ -532,7 +539,20 @@ static void usage(const char *argv0) {
 }
 
 int main(int argc, char **argv) {
+    /* The rows are interleaved on a machine of few cores: a library whose idle threads keep
+     * spinning long after its call slows the row after it. Give OpenBLAS (2^4 cycles) and OpenMP /
+     * oneDNN (20000 spins) short idle spins, as ember's pool has, unless the caller chose. Both are
+     * read when the libraries load, so the tool re-executes itself (with the core type below). */
+    int respawn = 0;
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
+        respawn = !setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
+        respawn = !setenv("GOMP_SPINCOUNT", "20000", 1) || respawn;
     ember_tool_blas_coretype(argv, bench_blas_core());
+    if (respawn) {
+        fflush(NULL);
+        execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
+    }
 
     bench_format fmt = BENCH_TABLE;
     int reps = 7;
@@ -624,6 +644,7 @@ int main(int argc, char **argv) {
             for (int q = 0; q < NPROV; q++) {
                 if (!ready[q])
                     continue;
+                quiet_gap();
                 double t0 = bench_now_ms();
                 if (providers[q].run(state[q]) != 0)
                     failed = 1;

@@ -72,6 +72,8 @@ struct ember_backend_ops {
                            size_t bytes);
     ember_status (*download)(void *state, int dev, const void *buf, size_t off, void *dst,
                              size_t bytes);
+    /* (optional) give back memory kept for reuse (ember_context_trim); NULL: nothing is kept */
+    void (*trim)(void *state);
     /* (optional) wait for all queued work on dev; NULL: downloads are synchronous already */
     ember_status (*sync)(void *state, int dev);
     /* (optional) the host address of buf when the device shares host memory (CPU), else NULL */

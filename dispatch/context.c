@@ -16,6 +16,7 @@ ember_options ember_options_default(void) {
     o.enable_opencl = 1;
     o.quant_propagation = EMBER_QUANT_INHIBIT;
     o.dynamic_activation_quant = 0;
+    o.cpu_buffer_cache_mib = -1;
     return o;
 }
 
@@ -71,6 +72,20 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
                   "context_create: dynamic_activation_quant must be 0 or 1, got %d",
                   o.dynamic_activation_quant);
 
+    if (o.cpu_buffer_cache_mib == -1 && (env = getenv("EMBER_CPU_BUFFER_CACHE_MIB")) && *env) {
+        char *end;
+        long long n = strtoll(env, &end, 10);
+        EMBER_FAIL_IF(*end || n < 0 || n > ((long long)1 << 30), EMBER_ERR_INVALID_ARGUMENT,
+                      "context_create: EMBER_CPU_BUFFER_CACHE_MIB=\"%s\" is not a size in MiB "
+                      "(0 .. 2^30; 0 turns the cache off)",
+                      env);
+        o.cpu_buffer_cache_mib = n;
+    }
+    EMBER_FAIL_IF(o.cpu_buffer_cache_mib < -1 || o.cpu_buffer_cache_mib > ((long long)1 << 30),
+                  EMBER_ERR_INVALID_ARGUMENT,
+                  "context_create: cpu_buffer_cache_mib %lld is outside -1 .. 2^30",
+                  o.cpu_buffer_cache_mib);
+
     copy_str(ctx->opencl_platform, sizeof ctx->opencl_platform, getenv("EMBER_OPENCL_PLATFORM"));
     copy_str(ctx->opencl_device, sizeof ctx->opencl_device, getenv("EMBER_OPENCL_DEVICE"));
     copy_str(ctx->opencl_cache_dir, sizeof ctx->opencl_cache_dir,
@@ -124,6 +139,14 @@ void ember_context_destroy(ember_context *ctx) {
             ctx->be[b].ops->shutdown(ctx->be[b].state);
     ctx->magic = EMBER__DEAD_MAGIC;
     ember__free(ctx);
+}
+
+ember_status ember_context_trim(ember_context *ctx) {
+    EMBER_TRY(ember__check_context(ctx, "context_trim"));
+    for (int b = 0; b < EMBER_BACKEND_COUNT; b++)
+        if (ctx->be[b].ops && ctx->be[b].ops->trim)
+            ctx->be[b].ops->trim(ctx->be[b].state);
+    return EMBER_OK;
 }
 
 ember_status ember__check_context(const ember_context *ctx, const char *what) {

@@ -833,7 +833,92 @@ static void test_out_of_memory(void) {
     free(yv);
 }
 
-/* ---- OpenCL (or any non-CPU device): the host fallback against the CPU entries ---- */
+/* ---- OpenCL (or any non-CPU device): its own kernels and the host fallback against the CPU ----
+ * Shapes: [9, 10] and [37, 300] (rows longer than a work-group, a class count that is no power of
+ * two). With the device's kernels (backends/opencl/cl_nn.c) relu, relu_backward, axpy, argmax and
+ * select must give the CPU's bits; softmax and cross-entropy (loss and gradient) agree within
+ * |d - h| <= 1e-6 + 1e-5 |h| (another exp, another summation order). With the host fallback forced
+ * every op gives the CPU's bits. */
+
+static int nn_exact_kind(int kind) { return kind != 2 && kind != 3 && kind != 4; }
+
+static void other_device_case(ember_context *c2, ember_device dev, int64_t rows, int64_t cols,
+                              int fallback) {
+    const int64_t shape[2] = {rows, cols}, ts[1] = {rows};
+    const size_t n = (size_t)(rows * cols);
+    float *x = rand_f32(n, -3.0f, 3.0f);
+    x[1] = -0.0f; /* relu's -0.0 -> +0.0, and a tie for argmax below */
+    x[2] = x[3];
+    int64_t *t = malloc((size_t)rows * sizeof *t);
+    for (int64_t i = 0; i < rows; i++)
+        t[i] = (int64_t)(tu_next(&rng) % (uint64_t)cols);
+    ember_tensor *hx = NULL, *ht = NULL, *dx = NULL, *dt = NULL;
+    TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, shape, x, &hx));
+    TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_I64, 1, ts, t, &ht));
+    TU_OK(ember_tensor_from_data(c2, dev, EMBER_F32, 2, shape, x, &dx));
+    if (ember_tensor_from_data(c2, dev, EMBER_I64, 1, ts, t, &dt) != EMBER_OK)
+        dt = NULL; /* a device without I64: cross-entropy takes I32 there */
+    char *hb = malloc(n * 8), *db = malloc(n * 8);
+    for (int kind = 0; kind < 9; kind++) {
+        if ((kind == 3 || kind == 4 || kind == 7 || kind == 8) && !dt)
+            continue;
+        ember_tensor *ho = NULL, *dout = NULL;
+        ember_tensor *hy = kind == 6 ? NULL : hx, *dy = kind == 6 ? NULL : dx;
+        if (kind == 6) { /* in place needs fresh y on each side */
+            TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, shape, x, &hy));
+            TU_OK(ember_tensor_from_data(c2, dev, EMBER_F32, 2, shape, x, &dy));
+        }
+        ember__nn_force_fallback = 0;
+        TU_OK(run_case(kind, hx, hy, ht, &ho));
+        ember__nn_force_fallback = fallback;
+        TU_OK(run_case(kind, dx, dy, dt, &dout));
+        ember__nn_force_fallback = 0;
+        const ember_tensor *hr = kind == 6 ? hy : ho, *dr = kind == 6 ? dy : dout;
+        const size_t cnt = (size_t)ember_tensor_numel(hr);
+        const size_t esz = ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4;
+        TU_OK(ember_tensor_read(hr, hb, cnt * esz));
+        TU_OK(ember_tensor_read(dr, db, cnt * esz));
+        if (fallback || nn_exact_kind(kind)) {
+            if (memcmp(hb, db, cnt * esz) != 0) {
+                fprintf(stderr, "nn on %s, %lldx%lld, kind %d, fallback %d: not the CPU's bits\n",
+                        ember_backend_name(dev.backend), (long long)rows, (long long)cols, kind,
+                        fallback);
+                CU_FAIL("device result differs from the CPU's");
+            }
+        } else {
+            const float *h = (const float *)hb, *d = (const float *)db;
+            size_t bad = 0;
+            for (size_t i = 0; i < cnt; i++)
+                if (!(fabsf(d[i] - h[i]) <= 1e-6f + 1e-5f * fabsf(h[i])))
+                    bad++;
+            if (bad)
+                fprintf(stderr, "nn on %s, %lldx%lld, kind %d: %zu of %zu values off\n",
+                        ember_backend_name(dev.backend), (long long)rows, (long long)cols, kind,
+                        bad, cnt);
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+        ember_tensor_free(ho);
+        ember_tensor_free(dout);
+        if (kind == 6) {
+            ember_tensor_free(hy);
+            ember_tensor_free(dy);
+        }
+    }
+    /* a device and the CPU do not mix */
+    ember_tensor *o = NULL;
+    TU_ASSERT_STATUS(ember_axpy(1.0f, hx, dx, &o), EMBER_ERR_BACKEND_MISMATCH,
+                     "The provided tensors are not on the same backend. Got backends cpu and "
+                     "opencl.");
+    CU_ASSERT_PTR_NULL(o);
+    ember_tensor_free(hx);
+    ember_tensor_free(ht);
+    ember_tensor_free(dx);
+    ember_tensor_free(dt);
+    free(hb);
+    free(db);
+    free(x);
+    free(t);
+}
 
 static void test_other_devices(void) {
     ember_context *c2 = NULL;
@@ -844,55 +929,36 @@ static void test_other_devices(void) {
     int n = ember_device_count(c2, EMBER_BACKEND_OPENCL);
     for (int d = 0; d < n; d++) {
         ember_device dev = {EMBER_BACKEND_OPENCL, d};
-        const int64_t shape[2] = {9, 10}, ts[1] = {9};
-        float *x = rand_f32(90, -3.0f, 3.0f);
-        int64_t t[9];
-        for (int i = 0; i < 9; i++)
-            t[i] = (int64_t)(tu_next(&rng) % 10);
-        ember_tensor *hx = NULL, *ht = NULL, *dx = NULL, *dt = NULL;
-        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, shape, x, &hx));
-        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_I64, 1, ts, t, &ht));
-        TU_OK(ember_tensor_from_data(c2, dev, EMBER_F32, 2, shape, x, &dx));
-        if (ember_tensor_from_data(c2, dev, EMBER_I64, 1, ts, t, &dt) != EMBER_OK)
-            dt = NULL; /* a device without I64: cross-entropy takes I32 there */
-        for (int kind = 0; kind < 9; kind++) {
-            if ((kind == 3 || kind == 4 || kind == 7 || kind == 8) && !dt)
-                continue;
-            ember_tensor *ho = NULL, *dout = NULL;
-            ember_tensor *hy = kind == 6 ? NULL : hx, *dy = kind == 6 ? NULL : dx;
-            if (kind == 6) { /* in place needs fresh y on each side */
-                TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, shape, x, &hy));
-                TU_OK(ember_tensor_from_data(c2, dev, EMBER_F32, 2, shape, x, &dy));
-            }
-            TU_OK(run_case(kind, hx, hy, ht, &ho));
-            TU_OK(run_case(kind, dx, dy, dt, &dout));
-            const ember_tensor *hr = kind == 6 ? hy : ho, *dr = kind == 6 ? dy : dout;
-            size_t bytes = (size_t)ember_tensor_numel(hr) * 8;
-            char hb[90 * 8], db[90 * 8];
-            TU_OK(ember_tensor_read(hr, hb, bytes));
-            TU_OK(ember_tensor_read(dr, db, bytes));
-            CU_ASSERT_EQUAL(memcmp(hb, db,
-                                   (size_t)ember_tensor_numel(hr) *
-                                       (ember_tensor_dtype(hr) == EMBER_I64 ? 8 : 4)),
-                            0);
-            ember_tensor_free(ho);
-            ember_tensor_free(dout);
-            if (kind == 6) {
-                ember_tensor_free(hy);
-                ember_tensor_free(dy);
-            }
+        for (int fallback = 0; fallback <= 2; fallback += 2) {
+            other_device_case(c2, dev, 9, 10, fallback);
+            other_device_case(c2, dev, 37, 300, fallback);
         }
-        /* a device and the CPU do not mix */
-        ember_tensor *o = NULL;
-        TU_ASSERT_STATUS(ember_axpy(1.0f, hx, dx, &o), EMBER_ERR_BACKEND_MISMATCH,
-                         "The provided tensors are not on the same backend. Got backends cpu and "
-                         "opencl.");
-        CU_ASSERT_PTR_NULL(o);
-        ember_tensor_free(hx);
-        ember_tensor_free(ht);
-        ember_tensor_free(dx);
-        ember_tensor_free(dt);
-        free(x);
+        /* select of slices that are no whole number of 4-byte words: U8 [6, 7, 3] along axis 1 */
+        const int64_t us[3] = {6, 7, 3}, is[1] = {5};
+        unsigned char u[126];
+        for (int i = 0; i < 126; i++)
+            u[i] = (unsigned char)tu_next(&rng);
+        const int32_t idx[5] = {6, 0, 3, 3, 1};
+        ember_tensor *hu = NULL, *hi = NULL, *du = NULL, *di = NULL, *ho = NULL, *dout = NULL;
+        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_U8, 3, us, u, &hu));
+        TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_I32, 1, is, idx, &hi));
+        if (ember_tensor_from_data(c2, dev, EMBER_U8, 3, us, u, &du) == EMBER_OK &&
+            ember_tensor_from_data(c2, dev, EMBER_I32, 1, is, idx, &di) == EMBER_OK) {
+            unsigned char hb[90], db[90];
+            TU_OK(ember_select(hu, 1, hi, &ho));
+            TU_OK(ember_select(du, 1, di, &dout));
+            TU_OK(ember_tensor_read(ho, hb, sizeof hb));
+            TU_OK(ember_tensor_read(dout, db, sizeof db));
+            CU_ASSERT_EQUAL(memcmp(hb, db, sizeof hb), 0);
+            CU_ASSERT_EQUAL(hb[0], u[6 * 3]); /* out[0, 0, 0] = x[0, idx[0] = 6, 0] */
+            CU_ASSERT_EQUAL(hb[3], u[0]);     /* out[0, 1, 0] = x[0, idx[1] = 0, 0] */
+        }
+        ember_tensor_free(hu);
+        ember_tensor_free(hi);
+        ember_tensor_free(du);
+        ember_tensor_free(di);
+        ember_tensor_free(ho);
+        ember_tensor_free(dout);
     }
     ember_context_destroy(c2);
 }

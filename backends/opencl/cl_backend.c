@@ -415,6 +415,7 @@ const ember_backend_ops ember__opencl_ops = {
     .name = "opencl",
     .kind = EMBER_BACKEND_OPENCL,
     .api_version = EMBER__BACKEND_API_VERSION,
+    .nn = &ember__cl_nn_ops, /* backends/opencl/cl_nn.c */
     .init = cl_init,
     .shutdown = cl_shutdown,
     .device_count = cl_device_count,

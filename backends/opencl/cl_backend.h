@@ -168,6 +168,8 @@ ember_status ember__cl_binary_f32(void *state, int dev, ember__binop op, const e
 ember_status ember__cl_sum_rows_f32(void *state, int dev, const ember_tensor *x, int64_t rows,
                                     int64_t cols, ember_tensor *out);
 ember_status ember__cl_convert(void *state, int dev, const ember_tensor *x, ember_tensor *out);
+/* The nn ops' entries (cl_nn.c). */
+extern const struct ember__nn_ops ember__cl_nn_ops;
 /* Convert n elements between float dtypes on cl_mems (src and dst distinct). */
 ember_status ember__cl_convert_mem(ember__cl_state *s, int dev, const char *op, cl_mem src,
                                    ember_dtype from, cl_mem dst, ember_dtype to, size_t n);

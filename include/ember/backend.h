@@ -47,6 +47,11 @@ typedef struct ember_options {
      * (CPU: per row of a float lhs, per column of a float rhs, scale max|x| / 127; an operand
      * with NaN or Inf takes burn's float path.) */
     int dynamic_activation_quant;
+    /* appended. CPU: freed tensor buffers of 256 KiB or more are kept, up to this many MiB, and
+     * handed to later allocations that fit, so that ops writing large outputs do not pay the page
+     * faults of fresh memory on every call. -1 (default): EMBER_CPU_BUFFER_CACHE_MIB, else 512 MiB
+     * or 1/8 of physical memory when that is less; 0: off. ember_context_trim() empties it. */
+    long long cpu_buffer_cache_mib;
 } ember_options;
 
 typedef struct ember_device_info {
@@ -64,14 +69,19 @@ typedef struct ember_device_info {
 EMBER_API ember_options ember_options_default(void);
 
 /* Create a context. opts NULL means the defaults plus the environment (EMBER_CPU_MAX_ISA,
- * EMBER_NUM_THREADS, EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE, EMBER_OPENCL_CACHE_DIR,
- * EMBER_LOG), read once here. Fields set in opts win over the environment.
+ * EMBER_NUM_THREADS, EMBER_CPU_BUFFER_CACHE_MIB, EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE,
+ * EMBER_OPENCL_CACHE_DIR, EMBER_LOG), read once here. Fields set in opts win over the environment.
  * @return EMBER_OK and *out set; on failure *out is NULL (INVALID_ARGUMENT for a bad option,
  *         OUT_OF_MEMORY). No OpenCL platform is not a failure: the backend has 0 devices. */
 EMBER_API ember_status ember_context_create(const ember_options *opts, ember_context **out);
 
 /* Destroy a context. NULL is a no-op. Tensors still alive become invalid. */
 EMBER_API void ember_context_destroy(ember_context *ctx);
+
+/* Give back the memory the context holds for reuse (the CPU buffer cache); tensors are untouched
+ * and the context stays usable (the cache fills again as tensors are freed).
+ * @return EMBER_OK; MISUSE for a NULL or dead context. */
+EMBER_API ember_status ember_context_trim(ember_context *ctx);
 
 /* The number of devices of backend b (0 when the backend is absent or ctx is invalid). */
 EMBER_API int ember_device_count(const ember_context *ctx, ember_backend b);
