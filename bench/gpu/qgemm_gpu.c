@@ -430,7 +430,8 @@ int main(int argc, char **argv)
         CK(e);
         {
             size_t tiles = (size_t)((M + 63) / 64) * (size_t)((N + 63) / 64); /* the most tiles of any kernel */
-            size_t wsb = tiles * 16 * 64 * 64 * 4; /* up to 16 splits */
+            /* up to 16 splits of partial tiles: M and N padded to the largest tile of any kernel */
+            size_t wsb = (size_t)((M + 127) / 128 * 128) * (size_t)((N + 255) / 256 * 256) * 16 * 4;
             if (wsb > ((size_t)1 << 31)) wsb = (size_t)1 << 31;
             g_ws = clCreateBuffer(ctx, CL_MEM_READ_WRITE, wsb, NULL, &e);
             CK(e);
