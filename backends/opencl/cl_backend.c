@@ -159,6 +159,14 @@ static int device_open(ember__cl_device *d) {
         d->queue = NULL;
         return 0;
     }
+    if (pthread_mutex_init(&d->qlock, NULL) != 0) {
+        pthread_mutex_destroy(&d->lock);
+        clReleaseCommandQueue(d->queue);
+        clReleaseContext(d->ctx);
+        d->ctx = NULL;
+        d->queue = NULL;
+        return 0;
+    }
     return 1;
 }
 
@@ -172,12 +180,14 @@ static void device_close(ember__cl_device *d) {
         p = next;
     }
     d->programs = NULL;
-    if (d->queue) {
+    if (d->queue)
         clFinish(d->queue);
+    ember__cl_scratch_release(d);
+    if (d->queue)
         clReleaseCommandQueue(d->queue);
-    }
     if (d->ctx)
         clReleaseContext(d->ctx);
+    pthread_mutex_destroy(&d->qlock);
     pthread_mutex_destroy(&d->lock);
 }
 

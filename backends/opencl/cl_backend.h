@@ -55,6 +55,18 @@ typedef struct ember__cl_program {
 
 struct ember__cl_qpath;
 
+/* The slots of ember__cl_scratch. */
+enum {
+    EMBER__CL_S_SCALE,  /* q_matmul: the per-tensor epilogue factor sa * sb (one float) */
+    EMBER__CL_S_SA,     /* q_matmul: the lhs's effective scales (per channel) */
+    EMBER__CL_S_SB,     /* q_matmul: the rhs's effective scales */
+    EMBER__CL_S_A,      /* tensor-core paths: A in the kernels' row layout */
+    EMBER__CL_S_B,      /* tensor-core paths: B packed for this call (no cached pack) */
+    EMBER__CL_S_WS,     /* tensor-core paths: the split-K workspace */
+    EMBER__CL_S_CNT,    /* tensor-core paths: split-K tile counters (kept zero by the kernels) */
+    EMBER__CL_SCRATCH_SLOTS
+};
+
 typedef struct ember__cl_device {
     cl_platform_id platform;
     cl_device_id id;
@@ -72,6 +84,14 @@ typedef struct ember__cl_device {
     char int8_path[48];
     pthread_mutex_t lock; /* guards `programs` */
     ember__cl_program *programs;
+    /* Per-device temporaries of q_matmul, kept across calls (cl_scratch.c): a call used to create
+     * and release up to 8 buffers, three of them written with blocking writes that each waited for
+     * all queued work. `qlock` is held over a q_matmul's whole enqueue sequence: the queue is in
+     * order, so a later call's writes into a slot run after an earlier call's reads of it. */
+    pthread_mutex_t qlock;
+    cl_mem scratch[EMBER__CL_SCRATCH_SLOTS];
+    size_t scratch_bytes[EMBER__CL_SCRATCH_SLOTS];
+    cl_mem consts[2]; /* [0]: a cl_long 0 (a batch of one's offset table); [1]: a 1.0f */
 } ember__cl_device;
 
 typedef struct ember__cl_state {
@@ -146,6 +166,16 @@ ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, c
  * (data may be NULL for an uninitialised one). bytes 0 is allowed (a 1-byte buffer). */
 ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t bytes,
                             const void *data, cl_mem *out);
+/* Slot `slot`'s buffer on dev, of at least `bytes` (grown as needed; a grown EMBER__CL_S_CNT is
+ * filled with zeros by an enqueued fill). The caller holds dev's qlock until its last use of the
+ * buffer is enqueued. OUT_OF_MEMORY / DEVICE on failure. */
+ember_status ember__cl_scratch(ember__cl_state *s, int dev, int slot, size_t bytes, cl_mem *out);
+/* dev's constant buffers (created on first use, kept until the device closes; the caller holds
+ * qlock): *zero_off holds one cl_long 0, *one one float 1.0f. Either pointer may be NULL. */
+ember_status ember__cl_consts(ember__cl_state *s, int dev, cl_mem *zero_off, cl_mem *one);
+/* Release dev's scratch and constants (device close). */
+void ember__cl_scratch_release(ember__cl_device *d);
+
 /* Blocking reads and writes of a cl_mem, with the error mapped (op names the caller). */
 ember_status ember__cl_read(ember__cl_state *s, int dev, const char *op, cl_mem m, size_t off,
                             void *dst, size_t bytes);

@@ -155,10 +155,11 @@ static void byte_offsets(const ember_tensor *t, const int64_t *off, int64_t n, i
         dst[i] = last ? (off[i] / last) * rb + off[i] % last : 0;
 }
 
-/* The effective f32 scales of a quantized tensor (q->q.nscales of them) into a new buffer. */
-static ember_status eff_scales(ember__cl_state *s, int dev, const ember_tensor *t, cl_mem *out) {
+/* The effective f32 scales of a quantized tensor (q->q.nscales of them) into scratch `slot`. */
+static ember_status eff_scales(ember__cl_state *s, int dev, const ember_tensor *t, int slot,
+                               cl_mem *out) {
     cl_long n = (cl_long)t->q.nscales;
-    EMBER_TRY(ember__cl_temp(s, dev, "q_matmul", (size_t)n * sizeof(float), NULL, out));
+    EMBER_TRY(ember__cl_scratch(s, dev, slot, (size_t)n * sizeof(float), out));
     cl_mem Q = ember__cl_mem(t);
     cl_long soff = (cl_long)t->q.scales_offset;
     cl_int sdt = (cl_int)ember__qscheme_scale_dtype(&t->scheme);
@@ -196,12 +197,24 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
     EMBER_FAIL_IF(!offs, EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for %zu offsets", 2 * nb);
     byte_offsets(a, g->a_off, g->batch, offs);
     byte_offsets(b, g->b_off, g->batch, offs + nb);
+    /* tmp[0..1]: the batch offset tables, [2] the epilogue factor, [3..4] the effective scales;
+     * own[i]: tmp[i] is this call's buffer (released below), else a per-device one (scratch or
+     * the constant zero table of a batch of one at offset 0). The device's temporaries are ours
+     * until every command of this call is enqueued. */
     cl_mem tmp[5] = {NULL, NULL, NULL, NULL, NULL};
-    ember_status st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs, &tmp[0]);
+    int own[5] = {0, 0, 0, 0, 0};
+    pthread_mutex_lock(&s->dev[dev].qlock);
+    ember_status st = EMBER_OK;
+    for (int i = 0; i < 2 && st == EMBER_OK; i++) {
+        if (nb == 1 && offs[i] == 0) {
+            st = ember__cl_consts(s, dev, &tmp[i], NULL);
+        } else {
+            st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs + (size_t)i * nb, &tmp[i]);
+            own[i] = st == EMBER_OK;
+        }
+    }
     if (st == EMBER_OK)
-        st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs + nb, &tmp[1]);
-    if (st == EMBER_OK)
-        st = ember__cl_temp(s, dev, "q_matmul", sizeof(cl_float), NULL, &tmp[2]);
+        st = ember__cl_scratch(s, dev, EMBER__CL_S_SCALE, sizeof(cl_float), &tmp[2]);
     ember__free(offs);
     if (st == EMBER_OK && !per_channel) { /* the epilogue factor sa * sb, on the device */
         cl_mem A = ember__cl_mem(a), B = ember__cl_mem(b);
@@ -215,9 +228,9 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
                               NULL);
     }
     if (st == EMBER_OK && per_channel) { /* the effective scales of both operands */
-        st = eff_scales(s, dev, a, &tmp[3]);
+        st = eff_scales(s, dev, a, EMBER__CL_S_SA, &tmp[3]);
         if (st == EMBER_OK)
-            st = eff_scales(s, dev, b, &tmp[4]);
+            st = eff_scales(s, dev, b, EMBER__CL_S_SB, &tmp[4]);
     }
     if (st == EMBER_OK) {
         ember__cl_qgemm_args q = {.trans_a = g->trans_a,
@@ -259,7 +272,8 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
         }
     }
     for (int i = 0; i < 5; i++)
-        if (tmp[i])
+        if (own[i])
             clReleaseMemObject(tmp[i]);
+    pthread_mutex_unlock(&s->dev[dev].qlock);
     return st;
 }

@@ -255,29 +255,23 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         splits++;
     size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, wbn) : ember__cl_pack_b_mma_size(k, n);
     EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
+    /* the temporaries are the device's scratch slots and constants (cl_scratch.c; the caller,
+     * ember__cl_q_matmul, holds the device's qlock): nothing is created or released per call */
     cl_mem ap = NULL, bp = NULL, ones = NULL, ws = NULL, cnt = NULL;
-    const cl_float one = 1.0f;
     clpack *cache = NULL;
     ember_status st = cached_b(s, dev, q, use_wg ? wbn : 0, pbytes, &cache);
     if (st == EMBER_OK)
-        st = ember__cl_temp(s, dev, "q_matmul", abytes, NULL, &ap);
+        st = ember__cl_scratch(s, dev, EMBER__CL_S_A, abytes, &ap);
     if (st == EMBER_OK && !cache)
-        st = ember__cl_temp(s, dev, "q_matmul", pbytes, NULL, &bp);
+        st = ember__cl_scratch(s, dev, EMBER__CL_S_B, pbytes, &bp);
     if (st == EMBER_OK)
-        st = ember__cl_temp(s, dev, "q_matmul", sizeof one, &one, &ones);
+        st = ember__cl_consts(s, dev, NULL, &ones);
     if (st == EMBER_OK && splits > 1) {
-        st = ember__cl_temp(s, dev, "q_matmul", tiles * (size_t)splits * 64 * (size_t)wbn * 4, NULL, &ws);
-        int *zeros = st == EMBER_OK ? ember__calloc(tiles, sizeof(int)) : NULL;
-        if (st == EMBER_OK && !zeros)
-            st = ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, __func__, __LINE__,
-                             "q_matmul: no memory for %zu split-K counters", tiles);
-        if (st == EMBER_OK)
-            st = ember__cl_temp(s, dev, "q_matmul", tiles * sizeof(int), zeros, &cnt);
-        ember__free(zeros);
+        st = ember__cl_scratch(s, dev, EMBER__CL_S_WS, tiles * (size_t)splits * 64 * (size_t)wbn * 4, &ws);
+        if (st == EMBER_OK) /* zero when made, and the kernels leave every counter they use at 0 */
+            st = ember__cl_scratch(s, dev, EMBER__CL_S_CNT, tiles * sizeof(int), &cnt);
     }
-    /* unused by a one-split launch, but a buffer must be passed: `ones` stands in (not released
-     * twice: the workspace and counters are released only when they are their own buffers) */
-    const int ws_own = ws != NULL;
+    /* unused by a one-split launch, but a buffer must be passed: `ones` stands in */
     if (st == EMBER_OK && !ws) {
         ws = ones;
         cnt = ones;
@@ -346,16 +340,6 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
                                   skinny ? "qgemm_mma_skinny" : "qgemm_mma_tile", 15, args, 2, global, local);
         }
     }
-    if (ap)
-        clReleaseMemObject(ap);
-    if (bp)
-        clReleaseMemObject(bp);
-    if (ones)
-        clReleaseMemObject(ones);
-    if (ws_own && ws)
-        clReleaseMemObject(ws);
-    if (ws_own && cnt)
-        clReleaseMemObject(cnt);
     return st;
 }
 
