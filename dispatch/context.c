@@ -17,6 +17,7 @@ ember_options ember_options_default(void) {
     o.quant_propagation = EMBER_QUANT_INHIBIT;
     o.dynamic_activation_quant = 0;
     o.cpu_buffer_cache_mib = -1;
+    o.opencl_buffer_cache_mib = -1;
     return o;
 }
 
@@ -34,6 +35,25 @@ static int isa_valid(const char *s) {
         if (strcmp(s, names[i]) == 0)
             return 1;
     return 0;
+}
+
+/* A buffer cache's size in MiB: the option when not -1, else the variable `var` when set, else -1
+ * (the backend's default). */
+static ember_status cache_mib(const char *field, const char *var, long long *mib) {
+    const char *env;
+    const long long max = (long long)1 << 30;
+    if (*mib == -1 && (env = getenv(var)) && *env) {
+        char *end;
+        long long n = strtoll(env, &end, 10);
+        EMBER_FAIL_IF(*end || n < 0 || n > max, EMBER_ERR_INVALID_ARGUMENT,
+                      "context_create: %s=\"%s\" is not a size in MiB (0 .. 2^30; 0 turns the "
+                      "cache off)",
+                      var, env);
+        *mib = n;
+    }
+    EMBER_FAIL_IF(*mib < -1 || *mib > max, EMBER_ERR_INVALID_ARGUMENT,
+                  "context_create: %s %lld is outside -1 .. 2^30", field, *mib);
+    return EMBER_OK;
 }
 
 /* Resolve options: explicit fields first, then the environment, then the defaults. */
@@ -72,19 +92,9 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
                   "context_create: dynamic_activation_quant must be 0 or 1, got %d",
                   o.dynamic_activation_quant);
 
-    if (o.cpu_buffer_cache_mib == -1 && (env = getenv("EMBER_CPU_BUFFER_CACHE_MIB")) && *env) {
-        char *end;
-        long long n = strtoll(env, &end, 10);
-        EMBER_FAIL_IF(*end || n < 0 || n > ((long long)1 << 30), EMBER_ERR_INVALID_ARGUMENT,
-                      "context_create: EMBER_CPU_BUFFER_CACHE_MIB=\"%s\" is not a size in MiB "
-                      "(0 .. 2^30; 0 turns the cache off)",
-                      env);
-        o.cpu_buffer_cache_mib = n;
-    }
-    EMBER_FAIL_IF(o.cpu_buffer_cache_mib < -1 || o.cpu_buffer_cache_mib > ((long long)1 << 30),
-                  EMBER_ERR_INVALID_ARGUMENT,
-                  "context_create: cpu_buffer_cache_mib %lld is outside -1 .. 2^30",
-                  o.cpu_buffer_cache_mib);
+    EMBER_TRY(cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
+    EMBER_TRY(cache_mib("opencl_buffer_cache_mib", "EMBER_OPENCL_BUFFER_CACHE_MIB",
+                        &o.opencl_buffer_cache_mib));
 
     copy_str(ctx->opencl_platform, sizeof ctx->opencl_platform, getenv("EMBER_OPENCL_PLATFORM"));
     copy_str(ctx->opencl_device, sizeof ctx->opencl_device, getenv("EMBER_OPENCL_DEVICE"));

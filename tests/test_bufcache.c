@@ -7,12 +7,19 @@
  * (ember's live-block count returns to where it was) and the context keeps working; a cap of 0 turns
  * the cache off; bad settings (option and EMBER_CPU_BUFFER_CACHE_MIB) fail context creation with
  * INVALID_ARGUMENT and a detail; an op whose output lands in a reused buffer (stale contents) gives
- * bit-identical results to a context without the cache. */
+ * bit-identical results to a context without the cache.
+ * OpenCL (device 0, when there is one): the device's cache of freed buffers (any size; the same
+ * 1/8 rule), its setting, trim, and q_matmul through the device's persistent temporaries (scratch
+ * slots that grow and are reused by smaller calls) giving the bits of a context without the
+ * buffer cache, call after call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_backend.h"
+#ifdef EMBER_WITH_OPENCL
+#include "backends/opencl/cl_backend.h"
+#endif
 #include "test_util.h"
 
 static const ember_device CPU = {EMBER_BACKEND_CPU, 0};
@@ -211,6 +218,137 @@ static void test_qmatmul_in_reused_buffer(void) {
     ember_context_destroy(off);
 }
 
+#ifdef EMBER_WITH_OPENCL
+static const ember_device CL0 = {EMBER_BACKEND_OPENCL, 0};
+
+/* A context whose OpenCL buffer cache holds mib MiB (-1: the default), or NULL without a device. */
+static ember_context *cl_ctx(long long mib) {
+    ember_options o = ember_options_default();
+    o.opencl_buffer_cache_mib = mib;
+    ember_context *c = NULL;
+    TU_OK(ember_context_create(&o, &c));
+    if (c && ember_device_count(c, EMBER_BACKEND_OPENCL) == 0) {
+        ember_context_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+static ember__cl_device *cl_dev(ember_context *c) {
+    return &((ember__cl_state *)c->be[EMBER_BACKEND_OPENCL].state)->dev[0];
+}
+
+static void test_cl_reuse_trim(void) {
+    ember_context *c = cl_ctx(16);
+    if (!c)
+        return; /* no OpenCL device: nothing to check */
+    long live = ember__alloc_live();
+    float d1[1000], d2[990], got[990];
+    uint64_t s = tu_seed();
+    tu_rand_f32(&s, d1, 1000, -1.0f, 1.0f);
+    tu_rand_f32(&s, d2, 990, -1.0f, 1.0f);
+    const int64_t n1 = 1000, n2 = 990, n3 = 400;
+    ember_tensor *t = NULL, *u = NULL, *v = NULL;
+    TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n1, d1, &t));
+    void *buf = t->buf;
+    ember_tensor_free(t);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 1);
+    TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n2, d2, &u)); /* within 1/8: reused */
+    CU_ASSERT_PTR_EQUAL(u->buf, buf);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_hits, 1);
+    TU_OK(ember_tensor_read(u, got, sizeof got));
+    CU_ASSERT_EQUAL(memcmp(got, d2, sizeof got), 0);
+    /* the reused buffer is bounded by the new tensor's size, not by the larger cl_mem */
+    CU_ASSERT_EQUAL(((ember__cl_buf *)u->buf)->bytes, sizeof d2);
+    CU_ASSERT_EQUAL(((ember__cl_buf *)u->buf)->cap, sizeof d1);
+    float big[1000];
+    TU_ASSERT_STATUS(c->be[EMBER_BACKEND_OPENCL].ops->download(c->be[EMBER_BACKEND_OPENCL].state, 0,
+                                                               u->buf, 0, big, sizeof big),
+                     EMBER_ERR_INVALID_ARGUMENT, "do not fit a buffer of 3960 bytes");
+    ember_tensor_free(u);
+    TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n3, d1, &v)); /* far smaller: not reused */
+    CU_ASSERT_PTR_NOT_EQUAL(v->buf, buf);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_hits, 1);
+    ember_tensor_free(v);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 2);
+    CU_ASSERT_EQUAL(ember__alloc_live(), live + 2); /* two handles kept */
+    TU_OK(ember_context_trim(c));
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_held, 0);
+    CU_ASSERT_EQUAL(ember__alloc_live(), live);
+    ember_context_destroy(c);
+
+    c = cl_ctx(0); /* off */
+    TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n1, d1, &t));
+    ember_tensor_free(t);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_cap, 0);
+    ember_context_destroy(c);
+    setenv("EMBER_OPENCL_BUFFER_CACHE_MIB", "7", 1);
+    c = cl_ctx(-1);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache_cap, (size_t)7 << 20);
+    ember_context_destroy(c);
+    setenv("EMBER_OPENCL_BUFFER_CACHE_MIB", "x7", 1);
+    ember_options o = ember_options_default();
+    c = (ember_context *)(uintptr_t)0x1;
+    TU_ASSERT_STATUS(ember_context_create(&o, &c), EMBER_ERR_INVALID_ARGUMENT,
+                     "EMBER_OPENCL_BUFFER_CACHE_MIB=\"x7\"");
+    CU_ASSERT_PTR_NULL(c);
+    unsetenv("EMBER_OPENCL_BUFFER_CACHE_MIB");
+    o.opencl_buffer_cache_mib = -3;
+    c = (ember_context *)(uintptr_t)0x1;
+    TU_ASSERT_STATUS(ember_context_create(&o, &c), EMBER_ERR_INVALID_ARGUMENT,
+                     "opencl_buffer_cache_mib -3");
+    CU_ASSERT_PTR_NULL(c);
+}
+
+/* q_matmul on the device, shapes growing and shrinking (the scratch slots grow, then serve
+ * smaller calls), outputs landing in reused buffers: the bits of a context without the cache. */
+static void test_cl_qmatmul_reuse(void) {
+    ember_context *on = cl_ctx(16), *off = cl_ctx(0);
+    if (!on || !off) {
+        ember_context_destroy(on);
+        ember_context_destroy(off);
+        return;
+    }
+    static const int64_t shapes[][3] = {{5, 64, 40}, {33, 256, 130}, {2, 64, 40}, {33, 256, 130},
+                                        {1, 300, 17}};
+    uint64_t s = tu_seed();
+    for (size_t r = 0; r < sizeof shapes / sizeof shapes[0]; r++) {
+        const int64_t m = shapes[r][0], k = shapes[r][1], n = shapes[r][2];
+        float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
+        float *res[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
+        tu_rand_f32(&s, x, (size_t)(m * k), -2.0f, 2.0f);
+        tu_rand_f32(&s, w, (size_t)(k * n), -1.0f, 1.0f);
+        ember_context *cs[2] = {on, off};
+        for (int i = 0; i < 2; i++) {
+            const int64_t sx[] = {m, k}, sw[] = {k, n};
+            ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+            ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
+            TU_OK(ember_tensor_from_data(cs[i], CL0, EMBER_F32, 2, sx, x, &tx));
+            TU_OK(ember_tensor_from_data(cs[i], CL0, EMBER_F32, 2, sw, w, &tw));
+            TU_OK(ember_quantize(tx, &q, &qx));
+            TU_OK(ember_quantize(tw, &q, &qw));
+            TU_OK(ember_q_matmul(qx, qw, &y));
+            TU_OK(ember_tensor_read(y, res[i], (size_t)(m * n) * 4));
+            ember_tensor_free(y);
+            ember_tensor_free(qx);
+            ember_tensor_free(qw);
+            ember_tensor_free(tx);
+            ember_tensor_free(tw);
+        }
+        CU_ASSERT_EQUAL(memcmp(res[0], res[1], (size_t)(m * n) * 4), 0);
+        free(x);
+        free(w);
+        free(res[0]);
+        free(res[1]);
+    }
+    CU_ASSERT(cl_dev(on)->bcache_hits > 0);
+    ember_context_destroy(on);
+    ember_context_destroy(off);
+}
+#endif
+
 static CU_TestInfo bufcache_tests[] = {
     {"a freed buffer is reused and holds the new data", test_reuse_and_contents},
     {"buffers under 256 KiB are not cached", test_small_buffers_not_cached},
@@ -219,6 +357,10 @@ static CU_TestInfo bufcache_tests[] = {
     {"cap 0 / environment / option precedence", test_off},
     {"bad settings fail context creation", test_bad_settings},
     {"q_matmul into a reused buffer is bit-identical", test_qmatmul_in_reused_buffer},
+#ifdef EMBER_WITH_OPENCL
+    {"opencl: reuse, bounds, trim, settings", test_cl_reuse_trim},
+    {"opencl: q_matmul with reused buffers and scratch", test_cl_qmatmul_reuse},
+#endif
     CU_TEST_INFO_NULL,
 };
 

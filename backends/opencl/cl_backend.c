@@ -167,7 +167,28 @@ static int device_open(ember__cl_device *d) {
         d->queue = NULL;
         return 0;
     }
+    if (pthread_mutex_init(&d->bcache_lock, NULL) != 0) {
+        pthread_mutex_destroy(&d->qlock);
+        pthread_mutex_destroy(&d->lock);
+        clReleaseCommandQueue(d->queue);
+        clReleaseContext(d->ctx);
+        d->ctx = NULL;
+        d->queue = NULL;
+        return 0;
+    }
     return 1;
+}
+
+/* Release every buffer in d's cache. */
+static void bcache_trim(ember__cl_device *d) {
+    pthread_mutex_lock(&d->bcache_lock);
+    for (int i = 0; i < d->bcache_n; i++) {
+        clReleaseMemObject(d->bcache[i]->mem);
+        ember__free(d->bcache[i]);
+    }
+    d->bcache_n = 0;
+    d->bcache_held = 0;
+    pthread_mutex_unlock(&d->bcache_lock);
 }
 
 static void device_close(ember__cl_device *d) {
@@ -183,6 +204,8 @@ static void device_close(ember__cl_device *d) {
     if (d->queue)
         clFinish(d->queue);
     ember__cl_scratch_release(d);
+    bcache_trim(d);
+    pthread_mutex_destroy(&d->bcache_lock);
     if (d->queue)
         clReleaseCommandQueue(d->queue);
     if (d->ctx)
@@ -204,7 +227,6 @@ static void cl_shutdown(void *state) {
 }
 
 static ember_status cl_init(ember_context *ctx, const ember_options *opts, void **state) {
-    (void)opts;
     ember__cl_state *s = ember__calloc(1, sizeof *s);
     EMBER_FAIL_IF(!s, EMBER_ERR_OUT_OF_MEMORY, "opencl backend: no memory for its state");
     s->ctx = ctx;
@@ -274,6 +296,13 @@ static ember_status cl_init(ember_context *ctx, const ember_options *opts, void 
             }
             if (!device_open(d))
                 continue;
+            if (opts->opencl_buffer_cache_mib >= 0) {
+                d->bcache_cap = (size_t)opts->opencl_buffer_cache_mib << 20;
+            } else { /* 256 MiB, or 1/16 of the device's memory when that is less */
+                d->bcache_cap = (size_t)256 << 20;
+                if (d->mem_bytes && d->mem_bytes / 16 < d->bcache_cap)
+                    d->bcache_cap = (size_t)(d->mem_bytes / 16);
+            }
             ember__cl_qpath_choose(d, forced);
             CL_LOG("opencl:%d = %s (%s, %s), int8 path %s\n", s->ndev, d->name, d->platform_name,
                    d->version, d->int8_path);
@@ -355,9 +384,34 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
     EMBER_FAIL_IF(bytes > d->max_alloc && d->max_alloc, EMBER_ERR_OUT_OF_MEMORY,
                   "opencl:%d: %zu bytes exceed the device's largest allocation (%llu bytes)", dev,
                   bytes, (unsigned long long)d->max_alloc);
+    if (bytes && d->bcache_cap) { /* the smallest cached buffer that fits, at most 1/8 larger */
+        pthread_mutex_lock(&d->bcache_lock);
+        int best = -1;
+        for (int i = 0; i < d->bcache_n; i++) {
+            const size_t c = d->bcache[i]->cap;
+            if (c >= bytes && c - bytes <= bytes / 8 && (best < 0 || c < d->bcache[best]->cap))
+                best = i;
+        }
+        ember__cl_buf *hit = NULL;
+        if (best >= 0) {
+            hit = d->bcache[best];
+            d->bcache_held -= hit->cap;
+            memmove(&d->bcache[best], &d->bcache[best + 1],
+                    (size_t)(d->bcache_n - 1 - best) * sizeof d->bcache[0]);
+            d->bcache_n--;
+            d->bcache_hits++;
+        }
+        pthread_mutex_unlock(&d->bcache_lock);
+        if (hit) {
+            hit->bytes = bytes;
+            *buf = hit;
+            return EMBER_OK;
+        }
+    }
     ember__cl_buf *b = ember__calloc(1, sizeof *b);
     EMBER_FAIL_IF(!b, EMBER_ERR_OUT_OF_MEMORY, "opencl: no memory for a buffer handle");
     b->bytes = bytes;
+    b->cap = bytes;
     if (bytes) {
         cl_int err = CL_SUCCESS;
         b->mem = clCreateBuffer(d->ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
@@ -376,14 +430,35 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
 }
 
 static void cl_buffer_free(void *state, int dev, void *buf) {
-    (void)state;
-    (void)dev;
     ember__cl_buf *b = buf;
     if (!b)
         return;
+    ember__cl_device *d = &((ember__cl_state *)state)->dev[dev];
+    if (b->mem && d->bcache_cap && b->cap <= d->bcache_cap) {
+        pthread_mutex_lock(&d->bcache_lock);
+        while (d->bcache_n > 0 &&
+               (d->bcache_held + b->cap > d->bcache_cap || d->bcache_n == EMBER__CL_BCACHE_SLOTS)) {
+            ember__cl_buf *old = d->bcache[0]; /* the oldest goes */
+            d->bcache_held -= old->cap;
+            memmove(&d->bcache[0], &d->bcache[1], (size_t)(d->bcache_n - 1) * sizeof d->bcache[0]);
+            d->bcache_n--;
+            clReleaseMemObject(old->mem);
+            ember__free(old);
+        }
+        d->bcache[d->bcache_n++] = b;
+        d->bcache_held += b->cap;
+        pthread_mutex_unlock(&d->bcache_lock);
+        return;
+    }
     if (b->mem)
         clReleaseMemObject(b->mem);
     ember__free(b);
+}
+
+static void cl_trim(void *state) {
+    ember__cl_state *s = state;
+    for (int i = 0; s && i < s->ndev; i++)
+        bcache_trim(&s->dev[i]);
 }
 
 static ember_status cl_upload(void *state, int dev, void *buf, size_t off, const void *src,
@@ -427,6 +502,7 @@ const ember_backend_ops ember__opencl_ops = {
     .api_version = EMBER__BACKEND_API_VERSION,
     .nn = &ember__cl_nn_ops, /* backends/opencl/cl_nn.c */
     .init = cl_init,
+    .trim = cl_trim,
     .shutdown = cl_shutdown,
     .device_count = cl_device_count,
     .device_describe = cl_device_describe,

@@ -42,8 +42,11 @@
 
 typedef struct ember__cl_buf {
     cl_mem mem; /* NULL for a 0-byte buffer */
-    size_t bytes;
+    size_t bytes; /* the tensor's bytes */
+    size_t cap;   /* mem's size (>= bytes: a buffer reused from the device's cache may be larger) */
 } ember__cl_buf;
+
+#define EMBER__CL_BCACHE_SLOTS 64
 
 typedef struct ember__cl_program {
     struct ember__cl_program *next;
@@ -92,6 +95,14 @@ typedef struct ember__cl_device {
     cl_mem scratch[EMBER__CL_SCRATCH_SLOTS];
     size_t scratch_bytes[EMBER__CL_SCRATCH_SLOTS];
     cl_mem consts[2]; /* [0]: a cl_long 0 (a batch of one's offset table); [1]: a 1.0f */
+    /* Freed tensor buffers kept for reuse (cl_backend.c, cl_buffer_alloc / cl_buffer_free): the
+     * queue is in order, so a reused buffer's new contents are written after the commands that
+     * read its old ones. Oldest first; bcache_cap 0: off. */
+    pthread_mutex_t bcache_lock;
+    ember__cl_buf *bcache[EMBER__CL_BCACHE_SLOTS];
+    int bcache_n;
+    size_t bcache_held, bcache_cap;
+    long bcache_hits; /* tests read it */
 } ember__cl_device;
 
 typedef struct ember__cl_state {

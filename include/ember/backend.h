@@ -52,6 +52,11 @@ typedef struct ember_options {
      * faults of fresh memory on every call. -1 (default): EMBER_CPU_BUFFER_CACHE_MIB, else 512 MiB
      * or 1/8 of physical memory when that is less; 0: off. ember_context_trim() empties it. */
     long long cpu_buffer_cache_mib;
+    /* appended. OpenCL: the same for device buffers, per device (freed buffers of any size are
+     * reused in the device's in-order queue, which avoids a driver allocation and release per op).
+     * -1 (default): EMBER_OPENCL_BUFFER_CACHE_MIB, else 256 MiB or 1/16 of the device's memory
+     * when that is less; 0: off. ember_context_trim() empties it. */
+    long long opencl_buffer_cache_mib;
 } ember_options;
 
 typedef struct ember_device_info {
@@ -69,8 +74,8 @@ typedef struct ember_device_info {
 EMBER_API ember_options ember_options_default(void);
 
 /* Create a context. opts NULL means the defaults plus the environment (EMBER_CPU_MAX_ISA,
- * EMBER_NUM_THREADS, EMBER_CPU_BUFFER_CACHE_MIB, EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE,
- * EMBER_OPENCL_CACHE_DIR, EMBER_LOG), read once here. Fields set in opts win over the environment.
+ * EMBER_NUM_THREADS, EMBER_CPU_BUFFER_CACHE_MIB, EMBER_OPENCL_BUFFER_CACHE_MIB,
+ * EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE, EMBER_OPENCL_CACHE_DIR, EMBER_LOG), read once here. Fields set in opts win over the environment.
  * @return EMBER_OK and *out set; on failure *out is NULL (INVALID_ARGUMENT for a bad option,
  *         OUT_OF_MEMORY). No OpenCL platform is not a failure: the backend has 0 devices. */
 EMBER_API ember_status ember_context_create(const ember_options *opts, ember_context **out);
@@ -78,7 +83,8 @@ EMBER_API ember_status ember_context_create(const ember_options *opts, ember_con
 /* Destroy a context. NULL is a no-op. Tensors still alive become invalid. */
 EMBER_API void ember_context_destroy(ember_context *ctx);
 
-/* Give back the memory the context holds for reuse (the CPU buffer cache); tensors are untouched
+/* Give back the memory the context holds for reuse (the CPU and OpenCL buffer caches); tensors are
+ * untouched
  * and the context stays usable (the cache fills again as tensors are freed).
  * @return EMBER_OK; MISUSE for a NULL or dead context. */
 EMBER_API ember_status ember_context_trim(ember_context *ctx);
