@@ -336,6 +336,38 @@ static void test_threads(void) {
     ember_context_destroy(c);
 }
 
+/* Kernel objects are made once per (program, kernel name) and device, then reused: two adds and
+ * two matmuls leave two entries, the results stay right, and the context's end releases them
+ * (LeakSanitizer / valgrind check the entries). */
+static void test_kernel_cache(void) {
+    ember_context *ctx = ctx_with(NULL, NULL, NULL, NULL);
+    const ember_device cl = {EMBER_BACKEND_OPENCL, 0};
+    float a[4] = {1, 2, 3, 4}, c[4];
+    int64_t sh[2] = {2, 2};
+    ember_tensor *t = NULL;
+    TU_OK(ember_tensor_from_data(ctx, cl, EMBER_F32, 2, sh, a, &t));
+    ember__cl_device *d = &((ember__cl_state *)ctx->be[EMBER_BACKEND_OPENCL].state)->dev[0];
+    int before = 0, after = 0;
+    for (ember__cl_kentry *e = d->kernels; e; e = e->next)
+        before++;
+    for (int r = 0; r < 2; r++) {
+        ember_tensor *s = NULL, *m = NULL;
+        TU_OK(ember_add(t, t, &s));
+        TU_OK(ember_matmul(t, t, &m));
+        TU_OK(ember_tensor_read(s, c, sizeof c));
+        CU_ASSERT_TRUE(c[0] == 2 && c[1] == 4 && c[2] == 6 && c[3] == 8);
+        TU_OK(ember_tensor_read(m, c, sizeof c));
+        CU_ASSERT_TRUE(c[0] == 7 && c[1] == 10 && c[2] == 15 && c[3] == 22);
+        ember_tensor_free(s);
+        ember_tensor_free(m);
+    }
+    for (ember__cl_kentry *e = d->kernels; e; e = e->next)
+        after++;
+    CU_ASSERT_EQUAL(after - before, 2);
+    ember_tensor_free(t);
+    ember_context_destroy(ctx);
+}
+
 /* Allocation failures while a fresh context builds its first program and runs an op: each one
  * reported as OUT_OF_MEMORY, nothing leaked, and the op works once allocations succeed. */
 static void test_alloc_failures(void) {
@@ -637,6 +669,7 @@ int main(int argc, char **argv) {
                            {"an int8 path that does not build is demoted", test_qpath_demotion},
                            {"path order; a custom path runs", test_qpath_custom},
                            {"allocation failures on first use", test_alloc_failures},
+                           {"kernel objects are made once and reused", test_kernel_cache},
                            CU_TEST_INFO_NULL};
     CU_SuiteInfo suites[] = {{"opencl machinery", suite_init, NULL, NULL, NULL, tests},
                              CU_SUITE_INFO_NULL};

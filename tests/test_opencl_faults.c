@@ -27,6 +27,9 @@
 #include <time.h>
 
 #include "dispatch/internal.h"
+#if defined(EMBER_WITH_OPENCL)
+#include "backends/opencl/cl_backend.h"
+#endif
 #include "test_util.h"
 
 #if defined(EMBER_WITH_OPENCL) && defined(EMBER_CL_WRAP)
@@ -650,6 +653,8 @@ int main(void) {
      * device's cache and handed to the next tensor would hide that call from the walker (the
      * cache itself is tested in test_bufcache). */
     setenv("EMBER_OPENCL_BUFFER_CACHE_MIB", "0", 1);
+    /* likewise kernel objects: one per launch, so that clCreateKernel is walked on every op */
+    ember__cl_kernel_cache = 0;
     ember_context *probe = NULL;
     if (ember_context_create(NULL, &probe) != EMBER_OK ||
         ember_device_count(probe, EMBER_BACKEND_OPENCL) == 0) {

@@ -167,7 +167,17 @@ static int device_open(ember__cl_device *d) {
         d->queue = NULL;
         return 0;
     }
+    if (pthread_mutex_init(&d->klock, NULL) != 0) {
+        pthread_mutex_destroy(&d->qlock);
+        pthread_mutex_destroy(&d->lock);
+        clReleaseCommandQueue(d->queue);
+        clReleaseContext(d->ctx);
+        d->ctx = NULL;
+        d->queue = NULL;
+        return 0;
+    }
     if (pthread_mutex_init(&d->bcache_lock, NULL) != 0) {
+        pthread_mutex_destroy(&d->klock);
         pthread_mutex_destroy(&d->qlock);
         pthread_mutex_destroy(&d->lock);
         clReleaseCommandQueue(d->queue);
@@ -192,6 +202,15 @@ static void bcache_trim(ember__cl_device *d) {
 }
 
 static void device_close(ember__cl_device *d) {
+    if (d->queue)
+        clFinish(d->queue);
+    for (ember__cl_kentry *e = d->kernels, *next; e; e = next) {
+        next = e->next;
+        clReleaseKernel(e->k);
+        ember__free(e);
+    }
+    d->kernels = NULL;
+    pthread_mutex_destroy(&d->klock);
     ember__cl_program *p = d->programs;
     while (p) {
         ember__cl_program *next = p->next;

@@ -70,6 +70,18 @@ enum {
     EMBER__CL_SCRATCH_SLOTS
 };
 
+/* A kernel object kept for reuse (cl_program.c, ember__cl_run_kernel). */
+typedef struct ember__cl_kentry {
+    struct ember__cl_kentry *next;
+    cl_program prog;
+    char name[64];
+    cl_kernel k;
+} ember__cl_kentry;
+
+/* Tests set 0 to create (and release) a kernel object per launch, as before the cache existed, so
+ * that the fault walker sees every clCreateKernel. Default 1. */
+extern int ember__cl_kernel_cache;
+
 typedef struct ember__cl_device {
     cl_platform_id platform;
     cl_device_id id;
@@ -103,6 +115,11 @@ typedef struct ember__cl_device {
     int bcache_n;
     size_t bcache_held, bcache_cap;
     long bcache_hits; /* tests read it */
+    /* Kernel objects by (program, name), created on first launch: clCreateKernel per launch cost
+     * host time on every op. klock is held from the lookup to the enqueue, as a kernel object's
+     * arguments are shared state. */
+    pthread_mutex_t klock;
+    ember__cl_kentry *kernels;
 } ember__cl_device;
 
 typedef struct ember__cl_state {

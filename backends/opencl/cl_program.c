@@ -333,25 +333,62 @@ ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name
     EMBER_FAIL(EMBER_ERR_INVALID_ARGUMENT, "opencl: no embedded kernel source named \"%s\"", name);
 }
 
-ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, cl_program p,
-                                  const char *kernel, int nargs, const ember__cl_arg *args,
-                                  cl_uint dims, const size_t *global, const size_t *local) {
-    cl_int err = CL_SUCCESS;
-    cl_kernel k = clCreateKernel(p, kernel, &err);
-    if (!k || err != CL_SUCCESS)
-        return ember__cl_fail(op, "clCreateKernel", dev, err);
+int ember__cl_kernel_cache = 1;
+
+/* Set the arguments of k and enqueue it. */
+static ember_status set_and_enqueue(ember__cl_state *s, int dev, const char *op, cl_kernel k, int nargs,
+                                    const ember__cl_arg *args, cl_uint dims, const size_t *global,
+                                    const size_t *local) {
     for (int i = 0; i < nargs; i++) {
-        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
-        if (err != CL_SUCCESS) {
-            clReleaseKernel(k);
+        cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
+        if (err != CL_SUCCESS)
             return ember__cl_fail(op, "clSetKernelArg", dev, err);
-        }
     }
-    err = clEnqueueNDRangeKernel(s->dev[dev].queue, k, dims, NULL, global, local, 0, NULL, NULL);
-    clReleaseKernel(k);
+    cl_int err = clEnqueueNDRangeKernel(s->dev[dev].queue, k, dims, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return ember__cl_fail(op, "clEnqueueNDRangeKernel", dev, err);
     return EMBER_OK;
+}
+
+ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, cl_program p,
+                                  const char *kernel, int nargs, const ember__cl_arg *args,
+                                  cl_uint dims, const size_t *global, const size_t *local) {
+    ember__cl_device *d = &s->dev[dev];
+    cl_int err = CL_SUCCESS;
+    if (ember__cl_kernel_cache && strlen(kernel) < sizeof d->kernels->name) {
+        pthread_mutex_lock(&d->klock);
+        ember__cl_kentry *e = d->kernels;
+        while (e && (e->prog != p || strcmp(e->name, kernel) != 0))
+            e = e->next;
+        if (!e) {
+            cl_kernel k = clCreateKernel(p, kernel, &err);
+            if (!k || err != CL_SUCCESS) {
+                pthread_mutex_unlock(&d->klock);
+                return ember__cl_fail(op, "clCreateKernel", dev, err);
+            }
+            e = ember__malloc(sizeof *e);
+            if (!e) { /* not kept: this launch runs with a kernel of its own */
+                pthread_mutex_unlock(&d->klock);
+                ember_status st = set_and_enqueue(s, dev, op, k, nargs, args, dims, global, local);
+                clReleaseKernel(k);
+                return st;
+            }
+            e->prog = p;
+            snprintf(e->name, sizeof e->name, "%s", kernel);
+            e->k = k;
+            e->next = d->kernels;
+            d->kernels = e;
+        }
+        ember_status st = set_and_enqueue(s, dev, op, e->k, nargs, args, dims, global, local);
+        pthread_mutex_unlock(&d->klock);
+        return st;
+    }
+    cl_kernel k = clCreateKernel(p, kernel, &err);
+    if (!k || err != CL_SUCCESS)
+        return ember__cl_fail(op, "clCreateKernel", dev, err);
+    ember_status st = set_and_enqueue(s, dev, op, k, nargs, args, dims, global, local);
+    clReleaseKernel(k);
+    return st;
 }
 
 ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const char *prog,
