@@ -278,9 +278,18 @@ static ember_status build_from_source(ember__cl_device *d, int dev, const char *
 ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *label,
                                        const char *src, const char *options, cl_program *out) {
     ember__cl_device *d = &s->dev[dev];
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, src, strlen(src));
     ember_status st = EMBER_OK;
     pthread_mutex_lock(&d->lock);
+    /* the embedded sources are found by address: hashing a kernel file (tens of KB) on every
+     * launch cost host time per op */
+    for (ember__cl_program *p = d->programs; p; p = p->next) {
+        if (p->src == src && strcmp(p->options, options) == 0) {
+            *out = p->prog;
+            pthread_mutex_unlock(&d->lock);
+            return EMBER_OK;
+        }
+    }
+    uint64_t h = fnv1a(0xcbf29ce484222325ull, src, strlen(src));
     for (ember__cl_program *p = d->programs; p; p = p->next) {
         if (p->src_hash == h && strcmp(p->options, options) == 0 &&
             (p->src == src || strcmp(p->src, src) == 0)) {
