@@ -152,39 +152,19 @@ static int device_open(ember__cl_device *d) {
         d->queue = NULL;
         return 0;
     }
-    if (pthread_mutex_init(&d->lock, NULL) != 0) {
-        clReleaseCommandQueue(d->queue);
-        clReleaseContext(d->ctx);
-        d->ctx = NULL;
-        d->queue = NULL;
-        return 0;
-    }
-    if (pthread_mutex_init(&d->qlock, NULL) != 0) {
-        pthread_mutex_destroy(&d->lock);
-        clReleaseCommandQueue(d->queue);
-        clReleaseContext(d->ctx);
-        d->ctx = NULL;
-        d->queue = NULL;
-        return 0;
-    }
-    if (pthread_mutex_init(&d->klock, NULL) != 0) {
-        pthread_mutex_destroy(&d->qlock);
-        pthread_mutex_destroy(&d->lock);
-        clReleaseCommandQueue(d->queue);
-        clReleaseContext(d->ctx);
-        d->ctx = NULL;
-        d->queue = NULL;
-        return 0;
-    }
-    if (pthread_mutex_init(&d->bcache_lock, NULL) != 0) {
-        pthread_mutex_destroy(&d->klock);
-        pthread_mutex_destroy(&d->qlock);
-        pthread_mutex_destroy(&d->lock);
-        clReleaseCommandQueue(d->queue);
-        clReleaseContext(d->ctx);
-        d->ctx = NULL;
-        d->queue = NULL;
-        return 0;
+    /* the device's locks: the program list, q_matmul's temporaries, kernel objects, the buffer
+     * cache; on a failure the ones made so far are destroyed and the device is skipped */
+    pthread_mutex_t *locks[] = {&d->lock, &d->qlock, &d->klock, &d->bcache_lock};
+    for (size_t i = 0; i < sizeof locks / sizeof locks[0]; i++) {
+        if (pthread_mutex_init(locks[i], NULL) != 0) {
+            while (i-- > 0)
+                pthread_mutex_destroy(locks[i]);
+            clReleaseCommandQueue(d->queue);
+            clReleaseContext(d->ctx);
+            d->ctx = NULL;
+            d->queue = NULL;
+            return 0;
+        }
     }
     return 1;
 }
