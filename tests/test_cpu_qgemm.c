@@ -221,11 +221,13 @@ static void test_float_path_exact(void) {
         {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
         {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
         {33, 65, 2048},  /* exactly the whole-K limit */
+        {520, 544, 256}, /* C of 1.1 MiB: rows written with streaming stores */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
         int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
-        float *C = malloc((size_t)(m * n) * 4);
+        /* 64-byte aligned: the rows of a large C on a line boundary are streamed */
+        float *C = aligned_alloc(64, ((size_t)(m * n) * 4 + 63) / 64 * 64);
         int32_t *ref = malloc((size_t)(m * n) * 4), *ref4 = malloc((size_t)(m * n) * 4);
         int8_t *B4 = malloc((size_t)(k * n));
         rand_i8(A, (size_t)(m * lda), -40, 40);

@@ -521,7 +521,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb, 0};
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb, 0, 0};
+    /* C of 1 MiB or more (half this CPU's L2) is streamed to memory (qgemm_amx.c, store_row) */
+    job.nt_store = C && (double)m * (double)p->n * sizeof(float) >= (double)(1 << 20);
     if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
         int same = 1;
         for (int64_t i = 0; i < m && same; i++)

@@ -143,6 +143,8 @@ typedef struct ember__qjob {
     int64_t ldb;
     int sa_row; /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
                    sa[i * nch]): a kernel may apply it once per row after the chunk sums */
+    int nt_store; /* C is large: full aligned rows of 64 bytes may be written with streaming
+                     stores (the kernel fences before it returns) */
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
