@@ -121,6 +121,10 @@ typedef struct pack_b_arg {
 } pack_b_arg;
 
 #define PACK_NB 256 /* columns per packing task */
+/* Plain B: rows are prefetched this far ahead of the packer. Measured (2 threads, same process,
+ * alternated, medians of 7, pack + product as a first call): 2048^3 3010 -> 3419 GOPS, 4096^3
+ * 2911 -> 3300, 512 x 4096^2 2592 -> 2932. */
+#define PLAIN_PFD 16
 
 /* Interleave 4 rows of 16 int8 (r0..r3) into 64 bytes: column-major groups of 4, biased. */
 static void interleave16(const int8_t *r0, const int8_t *r1, const int8_t *r2, const int8_t *r3,
@@ -172,6 +176,11 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
                     rp[r] = NULL;
                 } else if (a->plain) {
                     rp[r] = a->plain + (k0 + r) * a->ldb + j0;
+                    /* the row PLAIN_PFD ahead: each row's piece lies on its own page, out of
+                     * reach of the hardware prefetchers */
+                    if (k0 + r + PLAIN_PFD < p->k)
+                        for (int64_t c = 0; c < nv; c += 64)
+                            __builtin_prefetch(rp[r] + PLAIN_PFD * a->ldb + c, 0, 3);
                 } else {
                     a->row(a->src, k0 + r, j0, nv, rows[r]);
                     rp[r] = rows[r];
