@@ -579,13 +579,14 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
             nb /= 2;
     }
     run_arg r = {&job, thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb};
-    /* tile work on one thread where the vCPUs share the AMX unit (the tasks then run inline),
-     * except with up to 64 rows, where the product is bound by reading B: measured with the unit
-     * shared (2 threads against 1, same process, alternated, medians of 15 and 9), 32 x 4096^2
-     * 768 -> 1613 and 508 -> 970 GOPS */
-    ember__cpu_state *ts =
-        amx && !thin && s && mp > 64 && ember__cpu_amx_threads(s) == 1 ? NULL : s;
-    ember__cpu_parallel_for(ts, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
+    /* Tile work runs on every thread. (Until this commit a register-only probe, once per
+     * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
+     * verdict did not hold: the VM's state changes within seconds, and in a bench run where it
+     * had said "shared", oneDNN on two threads reached 2520-2908 GOPS at 2048^3-4096^3 against
+     * 1115-1173 on one, and ember on one 1506-1732. Measured with the unit shared, two threads
+     * against one (same process, alternated, medians of 9, three rounds): 2048^3 1162 / 1297,
+     * 1075 / 980, 973 / 1022; 1024^3 1596 / 1564, 1215 / 1434, 1475 / 1390: within the noise.) */
+    ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
     if (from_scratch)
         ember__cpu_scratch_put(s);
     else

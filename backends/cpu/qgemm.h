@@ -179,9 +179,6 @@ void ember__cpu_pool_stop(ember__cpu_state *s);
  * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);
-/* How many threads tile (AMX) work should use in this context: 1 where the vCPUs share one AMX
- * unit (measured once, on the first call), else num_threads. */
-int ember__cpu_amx_threads(ember__cpu_state *s);
 /* The tier chosen at init (scalar without kernel state). */
 ember__qtier ember__cpu_tier(const ember__cpu_state *s);
 
