@@ -279,9 +279,9 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
         for (int64_t j = 0; j < p->np; j++) {
             float f = (j < n) ? (scales ? scales[c * n + j] : 1.0f) : 0.0f;
             if (sb16)
-                ((uint16_t *)p->sb)[c * p->np + j] = ember__f32_to_f16(f);
+                ((uint16_t *)p->sb)[ember__qpack_sidx(p, c, j)] = ember__f32_to_f16(f);
             else
-                ((float *)p->sb)[c * p->np + j] = f;
+                ((float *)p->sb)[ember__qpack_sidx(p, c, j)] = f;
         }
     pack_b_arg a = {p, row, src, plain, ldb, ember__qtier_available(EMBER__QT_AVX512)};
     if (plain && !a.avx512) { /* the SSE2 path reads rows through a callback */

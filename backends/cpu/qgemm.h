@@ -20,7 +20,8 @@
  *   bits 4: [np/32][kp/8][2][64] bytes: byte b of half row h of row r holds k group 2r in its low
  *           nibble and k group 2r+1 in its high nibble (same column / k order as the 8-bit rows).
  *           Q2 values are held in this 4-bit form too (bias 8).
- * Scales: sb[c * np + j], f32 (or f16 when sb16 is set: every scale is exactly an f16).
+ * Scales: sb[(j / 32) * nch * 32 + c * 32 + j % 32] (ember__qpack_sidx: panel-major, one chunk:
+ * sb[j]), f32 (or f16 when sb16 is set: every scale is exactly an f16).
  * Memory: kp * np bytes (8-bit) or kp * np / 2 (4-bit), plus nch * np * 4 (or 2) bytes of scales.
  */
 #ifndef EMBER_CPU_QGEMM_H
@@ -196,11 +197,19 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
                           int8_t *dst, int64_t pstride, int32_t *rs);
 
+/* Where the scale of chunk c, column j sits in p->sb: panel-major, [np/32][nch][32], so that a
+ * panel's scales for every chunk are one contiguous run (the kernels walk the chunks of one panel
+ * in turn; chunk-major rows put each chunk's 32 scales on a page of their own). With one chunk
+ * this is j. */
+static inline int64_t ember__qpack_sidx(const ember__qpack *p, int64_t c, int64_t j) {
+    return (j / 32) * p->nch * 32 + c * 32 + j % 32;
+}
+
 /* Shared epilogue helper: the scale of B for chunk c, column j. */
 static inline float ember__qpack_scale(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
-        return ember__f16_to_f32(((const uint16_t *)p->sb)[c * p->np + j]);
-    return ((const float *)p->sb)[c * p->np + j];
+        return ember__f16_to_f32(((const uint16_t *)p->sb)[ember__qpack_sidx(p, c, j)]);
+    return ((const float *)p->sb)[ember__qpack_sidx(p, c, j)];
 }
 
 #endif

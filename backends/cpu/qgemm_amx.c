@@ -294,11 +294,11 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
 static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0,
                               __m512 *s1) {
     if (p->sb16) {
-        const uint16_t *sb = (const uint16_t *)p->sb + c * p->np + j;
+        const uint16_t *sb = (const uint16_t *)p->sb + ember__qpack_sidx(p, c, j);
         *s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
         *s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
     } else {
-        const float *sb = (const float *)p->sb + c * p->np + j;
+        const float *sb = (const float *)p->sb + ember__qpack_sidx(p, c, j);
         *s0 = _mm512_loadu_ps(sb);
         *s1 = _mm512_loadu_ps(sb + 16);
     }

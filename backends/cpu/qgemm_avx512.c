@@ -20,8 +20,9 @@ EMBER__INLINE __mmask16 tail_mask(int64_t nv) {
 EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
         return _mm512_cvtph_ps(
-            _mm256_loadu_si256((const __m256i *)((const uint16_t *)p->sb + c * p->np + j)));
-    return _mm512_loadu_ps((const float *)p->sb + c * p->np + j);
+            _mm256_loadu_si256((const __m256i *)((const uint16_t *)p->sb +
+                                                 ember__qpack_sidx(p, c, j))));
+    return _mm512_loadu_ps((const float *)p->sb + ember__qpack_sidx(p, c, j));
 }
 
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
