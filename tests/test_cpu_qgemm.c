@@ -222,6 +222,7 @@ static void test_float_path_exact(void) {
         {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
         {33, 65, 2048},  /* exactly the whole-K limit */
         {520, 544, 256}, /* C of 1.1 MiB: rows written with streaming stores */
+        {20, 70, 2100},  /* one row block past the whole-K limit: still whole K */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
