@@ -32,7 +32,7 @@ struct pool {
     worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
                                 the allocator's live count must not move behind the caller) */
     int nworkers;
-    int stop;
+    atomic_int stop; /* set under mu; read by workers outside it too (after a generation bump) */
     ember__qtier tier; /* the int8 tier of this context */
     /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
      * large allocations are mmap'd and page-faulted on every call, which costs more than a small
@@ -79,14 +79,15 @@ static void *worker_main(void *v) {
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+                   !atomic_load_explicit(&p->stop, memory_order_acquire))
                 pthread_cond_wait(&p->wake, &p->mu);
             pthread_mutex_unlock(&p->mu);
         }
         if (g == seen) /* stop */
             return NULL;
         seen = g;
-        if (p->stop)
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
         /* count in first, then look: the caller withdraws the job before it reads `active` */
         atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
@@ -112,6 +113,7 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_mutex_init(&p->scratch_mu, NULL);
     atomic_init(&p->gen, 0);
     atomic_init(&p->active, 0);
+    atomic_init(&p->stop, 0);
     atomic_init(&p->job, NULL);
     p->tier = ember__qtier_select(s->max_isa);
     for (int i = 0; i < nw; i++) {
@@ -130,7 +132,7 @@ void ember__cpu_pool_stop(ember__cpu_state *s) {
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
