@@ -9,6 +9,7 @@
 #define EMBER__X86 1
 #endif
 #if defined(__linux__)
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -109,6 +110,26 @@ ember__qtier ember__qtier_select(const char *cap) {
 /* ------------------------------------------------------------------ packing B */
 
 static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
+
+/* Ask Linux for transparent huge pages on a packed operand of 4 MiB or more (where the system
+ * leaves them to madvise): the kernels stream it panel by panel, one TLB entry per 2 MiB instead
+ * of per 4 KiB. A hint: ignored where unsupported, and a failure changes nothing. Measured (2
+ * threads, two packs of the same B in one process, alternated, medians of 11-15, 48 MiB written
+ * between calls): 128 x 4096^2 3140 / 3120 -> 3247 / 3289 GOPS, 32 x 4096^2 1295 / 1253 -> 1322 /
+ * 1324, 8 x 4096^2 352 / 364 -> 382 / 369; 2048^3 and 4096^3 within 1%. */
+static void advise_huge(void *buf, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes < ((size_t)4 << 20))
+        return;
+    const uintptr_t a0 = ((uintptr_t)buf + 4095) & ~(uintptr_t)4095;
+    const uintptr_t a1 = ((uintptr_t)buf + bytes) & ~(uintptr_t)4095;
+    if (a1 > a0)
+        (void)madvise((void *)a0, (size_t)(a1 - a0), MADV_HUGEPAGE);
+#else
+    (void)buf;
+    (void)bytes;
+#endif
+}
 static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 typedef struct pack_b_arg {
@@ -269,6 +290,8 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
     }
     p->sb16 = sb16;
     p->b = ember__aligned_alloc(vbytes);
+    if (p->b)
+        advise_huge(p->b, vbytes);
     p->sb = ember__aligned_alloc(nsc * (sb16 ? 2 : 4));
     if (!p->b || !p->sb) {
         ember__qpack_free(p);
