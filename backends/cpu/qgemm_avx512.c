@@ -45,7 +45,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     for (int r = 0; r < MR; r++)
         facc[r][0] = facc[r][1] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const uint8_t *bend = p->b + (p->np / 32) * (kp / 8) * 128; /* 4-bit values end */
+    const int64_t bbytes = (p->np / 32) * (kp / 8) * 128; /* 4-bit values */
     for (int64_t c = 0; c < nch; c++) {
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++)
@@ -70,9 +70,9 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         } else {
             const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             /* this chunk's bytes Q4_PF_BYTES further on (into the next panel at the end), to L2 */
-            const uint8_t *pf = b0 + k0 * 16 + Q4_PF_BYTES;
-            for (int64_t l = 0; l < kc * 16 && pf + l < bend; l += 64)
-                _mm_prefetch((const char *)(pf + l), _MM_HINT_T1);
+            const int64_t pf = (j / 32) * (kp / 8) * 128 + k0 * 16 + Q4_PF_BYTES;
+            for (int64_t l = 0; l < kc * 16 && pf + l < bbytes; l += 64)
+                _mm_prefetch((const char *)(p->b + pf + l), _MM_HINT_T1);
             for (int64_t kk = k0; kk < k1; kk += 8) {
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
