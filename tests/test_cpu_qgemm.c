@@ -389,6 +389,26 @@ static void test_raw(void) {
                 }
                 free(A), free(B), free(F), free(sa), free(sb);
             }
+    if (ran) { /* 65-128 rows, K <= 2048, N wide: the tall-task shape (256 x 512 columns) must
+                * still give raw B slices of 256 columns (the scratch's width) */
+        const int64_t m = 100, n = 4200, k = 65;
+        int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
+        float *F = malloc((size_t)(m * n) * 4);
+        rand_i8(A, (size_t)(m * k), -128, 127);
+        rand_i8(B, (size_t)(k * n), -128, 127);
+        TU_OK(ember__qgemm_raw(s, m, n, k, A, k, NULL, B, n, NULL, F, n));
+        int bad = 0;
+        for (int64_t i = 0; i < m && !bad; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int32_t ref = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    ref += (int32_t)A[i * k + kk] * B[kk * n + j];
+                if (F[i * n + j] != (float)ref) /* |ref| < 2^21: exact in f32 */
+                    bad = 1;
+            }
+        CU_ASSERT_FALSE(bad);
+        free(A), free(B), free(F);
+    }
     if (!ran)
         printf("\n  raw AMX kernel: no AMX here, skipped");
     CU_ASSERT_EQUAL(ember__qgemm_raw(s, 1, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),

@@ -595,6 +595,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
             mb = 64;
             nb = 128;
         }
+        if (braw && nb > 256) /* raw B: the scratch holds a slice of 256 columns */
+            nb = 256;
         if (mb > mp)
             mb = mp;
         /* enough tasks for the threads */
