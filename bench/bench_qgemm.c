@@ -1,5 +1,6 @@
 /* bench/bench_qgemm.c: int8 matmul, ember's CPU kernels side by side with oneDNN 2.6 and OpenBLAS,
- * in one run, interleaved (every round runs each row once, in turn), medians.
+ * in one run, interleaved (every round runs each row once, in turn, from a start that moves by one
+ * row each round), medians.
  *
  * Rows per shape (M x N x K) and thread count:
  *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
@@ -459,9 +460,14 @@ int main(int argc, char **argv) {
             dnnl_setup(&dp, m, n, k, A, B, C32, 0);
 #endif
             double t[NROWS][16];
-            /* warm-up once each, then interleaved rounds */
+            /* warm-up once each, then interleaved rounds; round r starts at row r (mod NROWS), so
+             * that no row always follows the same one: a row finds the data of the row before it
+             * in the caches (the same A, C), and with a fixed order ember's cached row always came
+             * right after the f32 BLAS row (A and C cold) and oneDNN's reordered row after ember's
+             * Q4 row (A warm) */
             for (int r = -1; r < reps; r++) {
-                for (int row = 0; row < NROWS; row++) {
+                for (int q = 0; q < NROWS; q++) {
+                    const int row = (q + (r > 0 ? r : 0)) % NROWS;
                     double t0 = now();
                     switch (row) {
                     case R_E8: ember_cached(&e); break;

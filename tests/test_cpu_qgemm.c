@@ -221,11 +221,14 @@ static void test_float_path_exact(void) {
         {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
         {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
         {33, 65, 2048},  /* exactly the whole-K limit */
+        {520, 544, 256}, /* C of 1.1 MiB: rows written with streaming stores */
+        {20, 70, 2100},  /* one row block past the whole-K limit: still whole K */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
         int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
-        float *C = malloc((size_t)(m * n) * 4);
+        /* 64-byte aligned: the rows of a large C on a line boundary are streamed */
+        float *C = aligned_alloc(64, ((size_t)(m * n) * 4 + 63) / 64 * 64);
         int32_t *ref = malloc((size_t)(m * n) * 4), *ref4 = malloc((size_t)(m * n) * 4);
         int8_t *B4 = malloc((size_t)(k * n));
         rand_i8(A, (size_t)(m * lda), -40, 40);
@@ -386,6 +389,26 @@ static void test_raw(void) {
                 }
                 free(A), free(B), free(F), free(sa), free(sb);
             }
+    if (ran) { /* 65-128 rows, K <= 2048, N wide: the tall-task shape (256 x 512 columns) must
+                * still give raw B slices of 256 columns (the scratch's width) */
+        const int64_t m = 100, n = 4200, k = 65;
+        int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
+        float *F = malloc((size_t)(m * n) * 4);
+        rand_i8(A, (size_t)(m * k), -128, 127);
+        rand_i8(B, (size_t)(k * n), -128, 127);
+        TU_OK(ember__qgemm_raw(s, m, n, k, A, k, NULL, B, n, NULL, F, n));
+        int bad = 0;
+        for (int64_t i = 0; i < m && !bad; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int32_t ref = 0;
+                for (int64_t kk = 0; kk < k; kk++)
+                    ref += (int32_t)A[i * k + kk] * B[kk * n + j];
+                if (F[i * n + j] != (float)ref) /* |ref| < 2^21: exact in f32 */
+                    bad = 1;
+            }
+        CU_ASSERT_FALSE(bad);
+        free(A), free(B), free(F);
+    }
     if (!ran)
         printf("\n  raw AMX kernel: no AMX here, skipped");
     CU_ASSERT_EQUAL(ember__qgemm_raw(s, 1, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),

@@ -20,7 +20,8 @@
  *   bits 4: [np/32][kp/8][2][64] bytes: byte b of half row h of row r holds k group 2r in its low
  *           nibble and k group 2r+1 in its high nibble (same column / k order as the 8-bit rows).
  *           Q2 values are held in this 4-bit form too (bias 8).
- * Scales: sb[c * np + j], f32 (or f16 when sb16 is set: every scale is exactly an f16).
+ * Scales: sb[(j / 32) * nch * 32 + c * 32 + j % 32] (ember__qpack_sidx: panel-major, one chunk:
+ * sb[j]), f32 (or f16 when sb16 is set: every scale is exactly an f16).
  * Memory: kp * np bytes (8-bit) or kp * np / 2 (4-bit), plus nch * np * 4 (or 2) bytes of scales.
  */
 #ifndef EMBER_CPU_QGEMM_H
@@ -143,6 +144,8 @@ typedef struct ember__qjob {
     int64_t ldb;
     int sa_row; /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
                    sa[i * nch]): a kernel may apply it once per row after the chunk sums */
+    int nt_store; /* C is large: full aligned rows of 64 bytes may be written with streaming
+                     stores (the kernel fences before it returns) */
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
@@ -177,9 +180,6 @@ void ember__cpu_pool_stop(ember__cpu_state *s);
  * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);
-/* How many threads tile (AMX) work should use in this context: 1 where the vCPUs share one AMX
- * unit (measured once, on the first call), else num_threads. */
-int ember__cpu_amx_threads(ember__cpu_state *s);
 /* The tier chosen at init (scalar without kernel state). */
 ember__qtier ember__cpu_tier(const ember__cpu_state *s);
 
@@ -197,11 +197,19 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
                           int8_t *dst, int64_t pstride, int32_t *rs);
 
+/* Where the scale of chunk c, column j sits in p->sb: panel-major, [np/32][nch][32], so that a
+ * panel's scales for every chunk are one contiguous run (the kernels walk the chunks of one panel
+ * in turn; chunk-major rows put each chunk's 32 scales on a page of their own). With one chunk
+ * this is j. */
+static inline int64_t ember__qpack_sidx(const ember__qpack *p, int64_t c, int64_t j) {
+    return (j / 32) * p->nch * 32 + c * 32 + j % 32;
+}
+
 /* Shared epilogue helper: the scale of B for chunk c, column j. */
 static inline float ember__qpack_scale(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
-        return ember__f16_to_f32(((const uint16_t *)p->sb)[c * p->np + j]);
-    return ((const float *)p->sb)[c * p->np + j];
+        return ember__f16_to_f32(((const uint16_t *)p->sb)[ember__qpack_sidx(p, c, j)]);
+    return ((const float *)p->sb)[ember__qpack_sidx(p, c, j)];
 }
 
 #endif

@@ -11,8 +11,9 @@
 EMBER__INLINE __m256 load_scales8(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
         return _mm256_cvtph_ps(
-            _mm_loadu_si128((const __m128i *)((const uint16_t *)p->sb + c * p->np + j)));
-    return _mm256_loadu_ps((const float *)p->sb + c * p->np + j);
+            _mm_loadu_si128((const __m128i *)((const uint16_t *)p->sb +
+                                              ember__qpack_sidx(p, c, j))));
+    return _mm256_loadu_ps((const float *)p->sb + ember__qpack_sidx(p, c, j));
 }
 
 /* the 4 values a[0..3] as s16, repeated over the register */

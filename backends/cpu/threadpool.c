@@ -12,7 +12,6 @@
  * Without a pool (start failed or one thread) every call runs inline. */
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 
 #include "cpu_backend.h"
 #include "qgemm.h"
@@ -33,9 +32,8 @@ struct pool {
     worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
                                 the allocator's live count must not move behind the caller) */
     int nworkers;
-    int stop;
+    atomic_int stop; /* set under mu; read by workers outside it too (after a generation bump) */
     ember__qtier tier; /* the int8 tier of this context */
-    atomic_int amx_threads; /* threads worth giving tile work: 0 = not measured yet */
     /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
      * large allocations are mmap'd and page-faulted on every call, which costs more than a small
      * matmul itself */
@@ -81,14 +79,15 @@ static void *worker_main(void *v) {
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !p->stop)
+            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+                   !atomic_load_explicit(&p->stop, memory_order_acquire))
                 pthread_cond_wait(&p->wake, &p->mu);
             pthread_mutex_unlock(&p->mu);
         }
         if (g == seen) /* stop */
             return NULL;
         seen = g;
-        if (p->stop)
+        if (atomic_load_explicit(&p->stop, memory_order_acquire))
             return NULL;
         /* count in first, then look: the caller withdraws the job before it reads `active` */
         atomic_fetch_add_explicit(&p->active, 1, memory_order_seq_cst);
@@ -114,8 +113,8 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_mutex_init(&p->scratch_mu, NULL);
     atomic_init(&p->gen, 0);
     atomic_init(&p->active, 0);
+    atomic_init(&p->stop, 0);
     atomic_init(&p->job, NULL);
-    atomic_init(&p->amx_threads, 0);
     p->tier = ember__qtier_select(s->max_isa);
     for (int i = 0; i < nw; i++) {
         p->wc[i].p = p;
@@ -133,7 +132,7 @@ void ember__cpu_pool_stop(ember__cpu_state *s) {
     if (!p)
         return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store_explicit(&p->stop, 1, memory_order_release);
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
@@ -200,54 +199,6 @@ void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
 void ember__cpu_scratch_put(ember__cpu_state *s) {
     pool *p = s->kernels;
     pthread_mutex_unlock(&p->scratch_mu);
-}
-
-/* Tile work on vCPUs that share one core's AMX unit runs no faster on two threads than on one
- * (the two contend for the unit and for the core's caches), so the first AMX product of a context
- * measures it: the same register-only tile loop on the calling thread alone, then on two threads
- * at once. When two take more than 1.6x as long, tile work runs on one thread (packing and
- * decode-sized work still use all of them). About 2 ms, once per context. */
-typedef struct probe_arg {
-    int64_t iters;
-} probe_arg;
-
-static void probe_task(void *v, int64_t task, int thread) {
-    (void)task;
-    (void)thread;
-    ember__qpeak_amx(((probe_arg *)v)->iters);
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-int ember__cpu_amx_threads(ember__cpu_state *s) {
-    pool *p = s ? s->kernels : NULL;
-    if (!p)
-        return 1;
-    int n = atomic_load_explicit(&p->amx_threads, memory_order_acquire);
-    if (n)
-        return n;
-    n = s->num_threads;
-    if (n >= 2 && p->nworkers >= 1 && ember__qtier_available(EMBER__QT_AMX)) {
-        probe_arg a = {20000};
-        double one = 1e9, two = 1e9;
-        for (int r = 0; r < 3; r++) {
-            double t0 = now_s();
-            probe_task(&a, 0, 0);
-            double t1 = now_s();
-            ember__cpu_parallel_for(s, 2, probe_task, &a);
-            double t2 = now_s();
-            one = t1 - t0 < one ? t1 - t0 : one;
-            two = t2 - t1 < two ? t2 - t1 : two;
-        }
-        if (two > 1.6 * one)
-            n = 1;
-    }
-    atomic_store_explicit(&p->amx_threads, n, memory_order_release);
-    return n;
 }
 
 ember__qtier ember__cpu_tier(const ember__cpu_state *s) {
