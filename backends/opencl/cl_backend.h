@@ -162,6 +162,14 @@ ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name
                                    const char *options, cl_program *out);
 /* The same for a source given as text (used for the embedded sources, and by the tests to prove
  * the failure path with a deliberately broken kernel). `label` names it in the detail. */
+/* The device's program cache, shared by every way of making a program: the program for (src,
+ * options) from the cache, else build(s, dev, arg, &prog) makes it (under the device's lock) and
+ * it is kept for the device's life. src is any NUL-terminated text that identifies the program
+ * (the OpenCL C source, or the PTX module's text); entries are found by src's address first. */
+typedef ember_status (*ember__cl_build_fn)(ember__cl_state *s, int dev, void *arg, cl_program *out);
+ember_status ember__cl_program_cached(ember__cl_state *s, int dev, const char *src,
+                                      const char *options, ember__cl_build_fn build, void *arg,
+                                      cl_program *out);
 ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *label,
                                        const char *src, const char *options, cl_program *out);
 /* The options every ember program is built with on dev (the -D macros that say what the device

@@ -275,10 +275,10 @@ static ember_status build_from_source(ember__cl_device *d, int dev, const char *
                        label, dev, d->name, ember__cl_error_name(err), (int)err, options, log);
 }
 
-ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *label,
-                                       const char *src, const char *options, cl_program *out) {
+ember_status ember__cl_program_cached(ember__cl_state *s, int dev, const char *src,
+                                      const char *options, ember__cl_build_fn build, void *arg,
+                                      cl_program *out) {
     ember__cl_device *d = &s->dev[dev];
-    ember_status st = EMBER_OK;
     pthread_mutex_lock(&d->lock);
     /* the embedded sources are found by address: hashing a kernel file (tens of KB) on every
      * launch cost host time per op */
@@ -291,8 +291,7 @@ ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *
     }
     uint64_t h = fnv1a(0xcbf29ce484222325ull, src, strlen(src));
     for (ember__cl_program *p = d->programs; p; p = p->next) {
-        if (p->src_hash == h && strcmp(p->options, options) == 0 &&
-            (p->src == src || strcmp(p->src, src) == 0)) {
+        if (p->src_hash == h && strcmp(p->options, options) == 0 && strcmp(p->src, src) == 0) {
             *out = p->prog;
             pthread_mutex_unlock(&d->lock);
             return EMBER_OK;
@@ -304,19 +303,10 @@ ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *
         ember__free(e);
         ember__free(opt);
         pthread_mutex_unlock(&d->lock);
-        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "%s: no memory for a program cache entry", label);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "opencl:%d: no memory for a program cache entry", dev);
     }
     cl_program prog = NULL;
-    uint64_t key = 0;
-    if (s->cache_dir[0]) {
-        key = disk_key(d, src, options);
-        prog = disk_load(s, d, key, options);
-    }
-    if (!prog) {
-        st = build_from_source(d, dev, label, src, options, &prog);
-        if (st == EMBER_OK && s->cache_dir[0])
-            disk_store(s, key, prog);
-    }
+    ember_status st = build(s, dev, arg, &prog);
     if (st != EMBER_OK) {
         ember__free(e);
         ember__free(opt);
@@ -332,6 +322,35 @@ ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *
     *out = prog;
     pthread_mutex_unlock(&d->lock);
     return EMBER_OK;
+}
+
+/* ember__cl_program_get_src's builder: the on-disk cache, else the compiler (and the disk). */
+typedef struct src_build {
+    const char *label, *src, *options;
+} src_build;
+
+static ember_status build_src(ember__cl_state *s, int dev, void *arg, cl_program *out) {
+    const src_build *b = arg;
+    ember__cl_device *d = &s->dev[dev];
+    cl_program prog = NULL;
+    uint64_t key = 0;
+    if (s->cache_dir[0]) {
+        key = disk_key(d, b->src, b->options);
+        prog = disk_load(s, d, key, b->options);
+    }
+    if (!prog) {
+        EMBER_TRY(build_from_source(d, dev, b->label, b->src, b->options, &prog));
+        if (s->cache_dir[0])
+            disk_store(s, key, prog);
+    }
+    *out = prog;
+    return EMBER_OK;
+}
+
+ember_status ember__cl_program_get_src(ember__cl_state *s, int dev, const char *label,
+                                       const char *src, const char *options, cl_program *out) {
+    src_build b = {label, src, options};
+    return ember__cl_program_cached(s, dev, src, options, build_src, &b, out);
 }
 
 ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name,

@@ -48,35 +48,12 @@ int ember__cl_has_wgmma(const ember__cl_device *d) { return nv_cc(d) == 90; }
 
 /* The PTX module, built once per device and kept in the device's program list (released with
  * the others at shutdown). The options string "<ptx>" marks the entry. */
-static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
-    const char *src = NULL;
-    size_t len = 0;
-    for (const ember__cl_source_entry *e = ember__cl_sources; e->name; e++)
-        if (strcmp(e->name, "qgemm_wgmma_sm90a") == 0) {
-            src = *e->src;
-            len = *e->len;
-        }
-    /* KERNEL_BUILD: the backend then demotes this device to the generic path */
-    EMBER_FAIL_IF(!src, EMBER_ERR_KERNEL_BUILD, "q_matmul: the wgmma PTX module is not embedded");
+/* ptx_program's builder: the embedded PTX text (arg, with its NUL) given to the driver as a binary. */
+static ember_status build_ptx(ember__cl_state *s, int dev, void *arg, cl_program *out) {
     ember__cl_device *d = &s->dev[dev];
-    pthread_mutex_lock(&d->lock);
-    for (ember__cl_program *p = d->programs; p; p = p->next) {
-        if (p->src == src && strcmp(p->options, "<ptx>") == 0) {
-            *out = p->prog;
-            pthread_mutex_unlock(&d->lock);
-            return EMBER_OK;
-        }
-    }
-    ember__cl_program *e = ember__calloc(1, sizeof *e);
-    char *opt = ember__strdup("<ptx>");
-    if (!e || !opt) {
-        ember__free(e);
-        ember__free(opt);
-        pthread_mutex_unlock(&d->lock);
-        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for a program cache entry");
-    }
+    const char *src = arg;
     cl_int err = CL_SUCCESS, bin_status = CL_SUCCESS;
-    size_t n = len + 1; /* the PTX text with its NUL */
+    size_t n = strlen(src) + 1;
     const unsigned char *bin = (const unsigned char *)src;
     cl_program prog = clCreateProgramWithBinary(d->ctx, 1, &d->id, &n, &bin, &bin_status, &err);
     if (prog && err == CL_SUCCESS)
@@ -84,21 +61,22 @@ static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
     if (!prog || err != CL_SUCCESS) {
         if (prog)
             clReleaseProgram(prog);
-        ember__free(e);
-        ember__free(opt);
-        pthread_mutex_unlock(&d->lock);
-        EMBER_FAIL(EMBER_ERR_KERNEL_BUILD, "q_matmul: the sm_90a PTX module did not build on opencl:%d: %s (%d)",
-                   dev, ember__cl_error_name(err), (int)err);
+        EMBER_FAIL(EMBER_ERR_KERNEL_BUILD,
+                   "q_matmul: the sm_90a PTX module did not build on opencl:%d: %s (%d)", dev,
+                   ember__cl_error_name(err), (int)err);
     }
-    e->src = src;
-    e->src_hash = 0;
-    e->options = opt;
-    e->prog = prog;
-    e->next = d->programs;
-    d->programs = e;
     *out = prog;
-    pthread_mutex_unlock(&d->lock);
     return EMBER_OK;
+}
+
+static ember_status ptx_program(ember__cl_state *s, int dev, cl_program *out) {
+    const char *src = NULL;
+    for (const ember__cl_source_entry *e = ember__cl_sources; e->name; e++)
+        if (strcmp(e->name, "qgemm_wgmma_sm90a") == 0)
+            src = *e->src;
+    /* KERNEL_BUILD: the backend then demotes this device to the generic path */
+    EMBER_FAIL_IF(!src, EMBER_ERR_KERNEL_BUILD, "q_matmul: the wgmma PTX module is not embedded");
+    return ember__cl_program_cached(s, dev, src, "<ptx>", build_ptx, (void *)(uintptr_t)src, out);
 }
 
 #define CLPACK_KIND 0x434c5042 /* "CLPB": data is a clpack */
