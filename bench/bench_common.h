@@ -79,13 +79,14 @@ static inline void bench_print_row(bench_format f, const bench_row *r, int first
                r->median_ms, r->min_ms, r->gops, r->max_abs_err, ember_version_string(),
                bench_blas_core());
     } else if (f == BENCH_JSON) {
-        printf("%s  {\"backend\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", \"dtype\": \"%s\", "
-               "\"m\": %lld, \"n\": %lld, \"k\": %lld, \"reps\": %d, \"median_ms\": %.4f, "
-               "\"min_ms\": %.4f, \"gops\": %.2f, \"max_abs_err\": %.3g, \"ember_version\": "
-               "\"%s\", \"blas_core\": \"%s\"}",
-               first ? "" : ",\n", r->backend, r->device, r->kernel, r->dtype, (long long)r->m,
-               (long long)r->n, (long long)r->k, r->reps, r->median_ms, r->min_ms, r->gops,
-               r->max_abs_err, ember_version_string(), bench_blas_core());
+        printf(
+            "%s  {\"backend\": \"%s\", \"device\": \"%s\", \"kernel\": \"%s\", \"dtype\": \"%s\", "
+            "\"m\": %lld, \"n\": %lld, \"k\": %lld, \"reps\": %d, \"median_ms\": %.4f, "
+            "\"min_ms\": %.4f, \"gops\": %.2f, \"max_abs_err\": %.3g, \"ember_version\": "
+            "\"%s\", \"blas_core\": \"%s\"}",
+            first ? "" : ",\n", r->backend, r->device, r->kernel, r->dtype, (long long)r->m,
+            (long long)r->n, (long long)r->k, r->reps, r->median_ms, r->min_ms, r->gops,
+            r->max_abs_err, ember_version_string(), bench_blas_core());
     } else {
         char ratio[16] = "-";
         if (r->vs_ref > 0)

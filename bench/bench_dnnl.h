@@ -43,7 +43,8 @@ static inline int bench_dnnl_setup(bench_dnnl *d, int64_t m, int64_t n, int64_t 
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     if (dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_s8, dnnl_ab) ||
         dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, dnnl_ab) ||
-        dnnl_memory_desc_init_by_tag(&bwant, 2, bd, dnnl_s8, reorder ? dnnl_format_tag_any : dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&bwant, 2, bd, dnnl_s8,
+                                     reorder ? dnnl_format_tag_any : dnnl_ab) ||
         dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_s32, dnnl_ab))
         return 0;
     dnnl_matmul_desc_t md;
@@ -81,7 +82,8 @@ static inline int bench_dnnl_setup(bench_dnnl *d, int64_t m, int64_t n, int64_t 
 }
 
 static inline int bench_dnnl_run(bench_dnnl *d) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->a}, {DNNL_ARG_WEIGHTS, d->b}, {DNNL_ARG_DST, d->c}};
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, d->a}, {DNNL_ARG_WEIGHTS, d->b}, {DNNL_ARG_DST, d->c}};
     if (dnnl_primitive_execute(d->prim, d->strm, 3, args) != dnnl_success)
         return -1;
     return dnnl_stream_wait(d->strm) == dnnl_success ? 0 : -1;

@@ -31,9 +31,9 @@ typedef struct provider {
     /* Prepare (untimed): fill row's backend / device / kernel / dtype, set *state. Returns 1 when
      * ready, 0 to skip this provider here, -1 on an error (printed). */
     int (*setup)(const problem *p, void **state, bench_row *row);
-    int (*run)(void *state);                   /* one timed call: 0 on success */
-    int (*result)(void *state, float *dst);    /* the last output, [m, n] f32 (untimed) */
-    void (*after)(void *state);                /* (optional) untimed clean-up after each run */
+    int (*run)(void *state);                /* one timed call: 0 on success */
+    int (*result)(void *state, float *dst); /* the last output, [m, n] f32 (untimed) */
+    void (*after)(void *state);             /* (optional) untimed clean-up after each run */
     void (*teardown)(void *state);
 } provider;
 
@@ -137,7 +137,6 @@ static void ember_f32_teardown(void *state) {
     free(s);
 }
 
-
 /* ---- int8: ember's q_matmul on the CPU (issue 5) and oneDNN's s8 matmul ----
  * The operands are the same f32 inputs quantized in setup (untimed), so max_abs_err includes the
  * quantization error. ember rows go through the public API (ember_q_matmul: dispatcher, vtable
@@ -147,8 +146,8 @@ static void ember_f32_teardown(void *state) {
  *   int8.q4s_b32      Q8S activations x Q4S weights (PackedU32, blocks of 32 along K, F16 scales)
  *   onednn.s8_reorder oneDNN s8 x s8 -> s32 with B reordered once (then scaled, untimed)
  *   onednn.s8_plain   the same on plain row-major B */
-#include "dispatch/internal.h"
 #include "bench_dnnl.h"
+#include "dispatch/internal.h"
 
 typedef struct q_state {
     ember_tensor *qa, *qb, *c;
@@ -166,7 +165,8 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
     ember_tensor *x = NULL, *w = NULL;
     int ok = ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &x) == EMBER_OK &&
              ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sbs, p->b, &w) == EMBER_OK &&
-             ember_quantize(x, &q8, &s->qa) == EMBER_OK && ember_quantize(w, sb, &s->qb) == EMBER_OK;
+             ember_quantize(x, &q8, &s->qa) == EMBER_OK &&
+             ember_quantize(w, sb, &s->qb) == EMBER_OK;
     ember_tensor_free(x);
     ember_tensor_free(w);
     if (!ok) {
@@ -201,8 +201,8 @@ static int q8_first_setup(const problem *p, void **state, bench_row *row) {
 static int q4_setup(const problem *p, void **state, bench_row *row) {
     if (p->k % 32 != 0 || p->n % 8 != 0)
         return 0;
-    ember_qscheme s = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2,
-                                              (const int64_t[]){32, 1});
+    ember_qscheme s =
+        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (const int64_t[]){32, 1});
     s.block_scale = EMBER_SCALE_F16;
     return q_setup_scheme(p, state, row, &s, 0, "", "Q4S/Q8S");
 }
@@ -390,7 +390,8 @@ static int cl_setup(const problem *p, void **state, bench_row *row, int index, i
     }
     snprintf(row->backend, sizeof row->backend, "opencl");
     snprintf(row->device, sizeof row->device, "opencl:%d", index);
-    snprintf(row->kernel, sizeof row->kernel, "%s", int8 ? info.int8_matmul_path : "opencl.gemm_f32");
+    snprintf(row->kernel, sizeof row->kernel, "%s",
+             int8 ? info.int8_matmul_path : "opencl.gemm_f32");
     snprintf(row->dtype, sizeof row->dtype, "%s", int8 ? "Q8S" : "F32");
     *state = s;
     return 1;
@@ -433,7 +434,7 @@ static void cl_teardown(void *state) {
 }
 
 #define CL_SETUP(i, q)                                                                             \
-    static int cl_setup_##i##_##q(const problem *p, void **state, bench_row *row) {               \
+    static int cl_setup_##i##_##q(const problem *p, void **state, bench_row *row) {                \
         return cl_setup(p, state, row, i, q);                                                      \
     }
 CL_SETUP(0, 0)
@@ -445,7 +446,7 @@ CL_SETUP(2, 1)
 CL_SETUP(3, 0)
 CL_SETUP(3, 1)
 #define CL_ROWS(i)                                                                                 \
-    {"opencl:" #i ".f32", cl_setup_##i##_0, cl_run, cl_result, cl_after, cl_teardown},            \
+    {"opencl:" #i ".f32", cl_setup_##i##_0, cl_run, cl_result, cl_after, cl_teardown},             \
         {"opencl:" #i ".int8", cl_setup_##i##_1, cl_run, cl_result, cl_after, cl_teardown},
 
 /* The reference first, then ember int8 and oneDNN on the CPU, then every OpenCL device. */
@@ -460,8 +461,7 @@ static const provider providers[] = {
     {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
     {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
 #endif
-    CL_ROWS(0) CL_ROWS(1) CL_ROWS(2) CL_ROWS(3)
-};
+    CL_ROWS(0) CL_ROWS(1) CL_ROWS(2) CL_ROWS(3)};
 #define NPROV ((int)(sizeof providers / sizeof providers[0]))
 
 /* ---- accuracy: sampled outputs against a float64 product ---- */
@@ -506,10 +506,9 @@ typedef struct shape {
 } shape;
 
 static const shape default_shapes[] = {
-    {1, 4096, 4096},    /* one token through a 4096x4096 layer: memory bound */
-    {32, 4096, 4096},   /* a small batch of tokens */
-    {256, 256, 256},
-    {1024, 1024, 1024},
+    {1, 4096, 4096},  /* one token through a 4096x4096 layer: memory bound */
+    {32, 4096, 4096}, /* a small batch of tokens */
+    {256, 256, 256},    {1024, 1024, 1024},
     {2048, 2048, 2048}, /* 17 GFLOP a call; add --shape 4096x4096x4096 for the big one */
 };
 

@@ -103,8 +103,9 @@ static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size
     pthread_barrier_t bar;
     pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
     for (int t = 0; t < nt; t++) {
-        a[t] = (peak_arg){which, iters, buf ? buf + (bytes / (size_t)nt) * (size_t)t : NULL,
-                          bytes / (size_t)nt, 0, &bar};
+        a[t] = (peak_arg){
+            which, iters, buf ? buf + (bytes / (size_t)nt) * (size_t)t : NULL, bytes / (size_t)nt,
+            0,     &bar};
         pthread_create(&th[t], NULL, peak_thread, &a[t]);
     }
     pthread_barrier_wait(&bar);
@@ -169,7 +170,8 @@ static int dnnl_setup(dnnl_case *d, int64_t m, int64_t n, int64_t k, int8_t *A, 
     dnnl_dims_t ad = {m, k}, bd = {k, n}, cd = {m, n};
     if (dnnl_memory_desc_init_by_tag(&amd, 2, ad, dnnl_s8, dnnl_ab) ||
         dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_s8, dnnl_ab) ||
-        dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8, reorder ? dnnl_format_tag_any : dnnl_ab) ||
+        dnnl_memory_desc_init_by_tag(&bany, 2, bd, dnnl_s8,
+                                     reorder ? dnnl_format_tag_any : dnnl_ab) ||
         dnnl_memory_desc_init_by_tag(&cmd, 2, cd, dnnl_s32, dnnl_ab))
         return 0;
     dnnl_matmul_desc_t md;
@@ -205,7 +207,8 @@ static int dnnl_setup(dnnl_case *d, int64_t m, int64_t n, int64_t k, int8_t *A, 
 }
 
 static void dnnl_run(dnnl_case *d) {
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->a}, {DNNL_ARG_WEIGHTS, d->b}, {DNNL_ARG_DST, d->c}};
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, d->a}, {DNNL_ARG_WEIGHTS, d->b}, {DNNL_ARG_DST, d->c}};
     dnnl_primitive_execute(d->prim, strm, 3, args);
     dnnl_stream_wait(strm);
 }
@@ -289,7 +292,8 @@ static void ember_first(ember_case *e) {
 
 enum { R_E8, R_E8F, R_E4, R_DR, R_DP, R_BLAS, R_BW, NROWS };
 static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "ember_q4_cached",
-                                       "dnnl_reordered", "dnnl_plain", "blas_sgemm", "read_bw"};
+                                       "dnnl_reordered",  "dnnl_plain",     "blas_sgemm",
+                                       "read_bw"};
 
 int main(int argc, char **argv) {
     if (!getenv("OPENBLAS_CORETYPE")) {
@@ -334,9 +338,9 @@ int main(int argc, char **argv) {
     const int have_dnnl = 0;
 #endif
     static const int64_t shapes[][3] = {
-        {256, 256, 256},   {512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
+        {256, 256, 256},    {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
         {4096, 4096, 4096}, {1, 4096, 4096},   {8, 4096, 4096},    {32, 4096, 4096},
-        {128, 4096, 4096}, {512, 4096, 4096},  {128, 11008, 4096},
+        {128, 4096, 4096},  {512, 4096, 4096}, {128, 11008, 4096},
     };
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     ember__qtier best = ember__qtier_select(NULL);
@@ -354,7 +358,8 @@ int main(int argc, char **argv) {
         fclose(f);
     }
     if (json)
-        printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, \"results\": [\n",
+        printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, "
+               "\"results\": [\n",
                host, ember__qtier_name(best), openblas_get_corename(), have_dnnl);
     else
         printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s; "
@@ -386,7 +391,8 @@ int main(int argc, char **argv) {
         double pk_amx[5], pk_vnni[5], bw[5];
         ceiling(2, nt, 4, bwbuf, bwbytes); /* warm */
         for (int r = 0; r < 5; r++) {
-            pk_amx[r] = ember__qtier_available(EMBER__QT_AMX) ? ceiling(0, nt, 2000000, NULL, 0) : 0;
+            pk_amx[r] =
+                ember__qtier_available(EMBER__QT_AMX) ? ceiling(0, nt, 2000000, NULL, 0) : 0;
             pk_vnni[r] = ceiling(1, nt, 4000000, NULL, 0);
             bw[r] = ceiling(2, nt, 20, bwbuf, bwbytes);
         }
@@ -398,12 +404,13 @@ int main(int argc, char **argv) {
                    first_json ? "" : ",\n", nt, amx_peak, vnni_peak, bw_gbs);
             first_json = 0;
         } else {
-            printf("\n## threads %d: AMX peak %.0f GOPS, AVX-512 VNNI peak %.0f GOPS, read bandwidth "
-                   "(16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
-                   nt, amx_peak, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
-            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s\n", "shape M,N,K",
-                   "e_q8", "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro",
-                   "1st/pl", "q4/q8", "q8/blas", "%peak");
+            printf(
+                "\n## threads %d: AMX peak %.0f GOPS, AVX-512 VNNI peak %.0f GOPS, read bandwidth "
+                "(16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
+                nt, amx_peak, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
+            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s\n", "shape M,N,K", "e_q8",
+                   "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro", "1st/pl", "q4/q8",
+                   "q8/blas", "%peak");
         }
         for (int si = 0; si < nshapes; si++) {
             const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -415,14 +422,16 @@ int main(int argc, char **argv) {
             int reps = ops > 1e11 ? 5 : (ops > 1e10 ? 7 : 11);
             if (reps_arg)
                 reps = reps_arg < 16 ? reps_arg : 16;
-            int8_t *A = ember__aligned_alloc((size_t)(m * k)), *B = ember__aligned_alloc((size_t)(k * n));
+            int8_t *A = ember__aligned_alloc((size_t)(m * k)),
+                   *B = ember__aligned_alloc((size_t)(k * n));
             int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
             float *sa = malloc((size_t)m * 4), *sb = malloc((size_t)n * 4);
             float *sa4 = malloc((size_t)(m * (k / 32)) * 4);
             float *sb4 = malloc((size_t)(n * (k / 32)) * 4);
             float *C = ember__aligned_alloc((size_t)(m * n) * 4);
             int32_t *C32 = ember__aligned_alloc((size_t)(m * n) * 4);
-            float *Af = ember__aligned_alloc((size_t)(m * k) * 4), *Bf = ember__aligned_alloc((size_t)(k * n) * 4);
+            float *Af = ember__aligned_alloc((size_t)(m * k) * 4),
+                  *Bf = ember__aligned_alloc((size_t)(k * n) * 4);
             uint64_t x = 88172645463325252ull;
             for (int64_t i = 0; i < m * k; i++) {
                 x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -470,24 +479,35 @@ int main(int argc, char **argv) {
                     const int row = (q + (r > 0 ? r : 0)) % NROWS;
                     double t0 = now();
                     switch (row) {
-                    case R_E8: ember_cached(&e); break;
-                    case R_E8F: ember_first(&e); break;
-                    case R_E4: ember_q4(&e); break;
+                    case R_E8:
+                        ember_cached(&e);
+                        break;
+                    case R_E8F:
+                        ember_first(&e);
+                        break;
+                    case R_E4:
+                        ember_q4(&e);
+                        break;
 #ifdef EMBER_BENCH_HAVE_DNNL
-                    case R_DR: dnnl_run(&dr); break;
-                    case R_DP: dnnl_run(&dp); break;
+                    case R_DR:
+                        dnnl_run(&dr);
+                        break;
+                    case R_DP:
+                        dnnl_run(&dp);
+                        break;
 #endif
                     case R_BLAS:
                         if (blas_apart && m <= 8)
                             break; /* timed after the interleaved rounds */
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k,
-                                    1.0f, Af, (int)k, Bf, (int)n, 0.0f, C, (int)n);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n,
+                                    (int)k, 1.0f, Af, (int)k, Bf, (int)n, 0.0f, C, (int)n);
                         break;
                     case R_BW:
                         if (bwrow)
                             bw_pass(s, &bwa);
                         break;
-                    default: break;
+                    default:
+                        break;
                     }
                     if (r >= 0)
                         t[row][r] = now() - t0;
@@ -519,10 +539,12 @@ int main(int argc, char **argv) {
                 printf("}");
             } else {
                 char shp[32];
-                snprintf(shp, sizeof shp, "%lld,%lld,%lld", (long long)m, (long long)n, (long long)k);
-                printf("%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%%",
-                       shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS], g[R_E8] / g[R_DR],
-                       g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk);
+                snprintf(shp, sizeof shp, "%lld,%lld,%lld", (long long)m, (long long)n,
+                         (long long)k);
+                printf(
+                    "%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%%",
+                    shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS], g[R_E8] / g[R_DR],
+                    g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk);
                 if (m <= 8)
                     printf("  roofline %.0f%% of %.0f (warm probe: %.0f%%)",
                            100 * g[R_E8] / (2.0 * (double)m * bwr), 2.0 * (double)m * bwr,

@@ -6,9 +6,9 @@
 
 #include "alloc.h"
 
-static atomic_long fail_at;  /* 0: off; else fail when the count reaches it */
-static atomic_long count;    /* allocations since the hook was set */
-static atomic_long live;     /* blocks allocated and not yet freed */
+static atomic_long fail_at; /* 0: off; else fail when the count reaches it */
+static atomic_long count;   /* allocations since the hook was set */
+static atomic_long live;    /* blocks allocated and not yet freed */
 
 void ember__alloc_fail_at(long n) {
     atomic_store(&count, 0);

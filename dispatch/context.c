@@ -76,9 +76,9 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
     if (!isa && (env = getenv("EMBER_CPU_MAX_ISA")) && *env)
         isa = env;
     if (isa) {
-        EMBER_FAIL_IF(!isa_valid(isa), EMBER_ERR_INVALID_ARGUMENT,
-                      "context_create: cpu_max_isa \"%s\" is not one of scalar|avx2|avx512_vnni|amx",
-                      isa);
+        EMBER_FAIL_IF(
+            !isa_valid(isa), EMBER_ERR_INVALID_ARGUMENT,
+            "context_create: cpu_max_isa \"%s\" is not one of scalar|avx2|avx512_vnni|amx", isa);
         copy_str(ctx->isa, sizeof ctx->isa, isa);
         o.cpu_max_isa = ctx->isa;
     }
@@ -92,14 +92,14 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
                   "context_create: dynamic_activation_quant must be 0 or 1, got %d",
                   o.dynamic_activation_quant);
 
-    EMBER_TRY(cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
+    EMBER_TRY(
+        cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
     EMBER_TRY(cache_mib("opencl_buffer_cache_mib", "EMBER_OPENCL_BUFFER_CACHE_MIB",
                         &o.opencl_buffer_cache_mib));
 
     copy_str(ctx->opencl_platform, sizeof ctx->opencl_platform, getenv("EMBER_OPENCL_PLATFORM"));
     copy_str(ctx->opencl_device, sizeof ctx->opencl_device, getenv("EMBER_OPENCL_DEVICE"));
-    copy_str(ctx->opencl_cache_dir, sizeof ctx->opencl_cache_dir,
-             getenv("EMBER_OPENCL_CACHE_DIR"));
+    copy_str(ctx->opencl_cache_dir, sizeof ctx->opencl_cache_dir, getenv("EMBER_OPENCL_CACHE_DIR"));
     copy_str(ctx->opencl_kernel, sizeof ctx->opencl_kernel, getenv("EMBER_OPENCL_KERNEL"));
     if ((env = getenv("EMBER_LOG")) && *env) {
         if (strcmp(env, "debug") == 0 || strcmp(env, "2") == 0)

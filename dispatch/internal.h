@@ -23,7 +23,7 @@
 struct ember_context {
     uint64_t allocator_reserved[2];
     uint32_t magic;
-    ember_options opts;      /* resolved: environment applied, cpu_max_isa points into isa[] */
+    ember_options opts; /* resolved: environment applied, cpu_max_isa points into isa[] */
     char isa[32];
     char opencl_platform[128], opencl_device[128], opencl_cache_dir[512];
     char opencl_kernel[16]; /* EMBER_OPENCL_KERNEL: a forced int8 path ("" = the best) */
@@ -54,7 +54,7 @@ typedef struct ember__pack_cache {
     pthread_mutex_t lock;
     void *data;
     size_t bytes;
-    int kind;                                  /* backend-defined layout id */
+    int kind; /* backend-defined layout id */
     void (*release)(void *backend_state, void *data);
 } ember__pack_cache;
 

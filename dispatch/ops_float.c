@@ -12,7 +12,9 @@
 
 /* ---- small helpers ---- */
 
-static int is_float(ember_dtype dt) { return dt == EMBER_F32 || dt == EMBER_F16 || dt == EMBER_BF16; }
+static int is_float(ember_dtype dt) {
+    return dt == EMBER_F32 || dt == EMBER_F16 || dt == EMBER_BF16;
+}
 
 /* A float operand: not quantized (QUANT_UNSUPPORTED unless the op routes quantized operands
  * itself), not an integer dtype (DTYPE_MISMATCH). */
@@ -70,7 +72,8 @@ static ember_status as_f32(const char *op, const ember_tensor *t, const ember_te
     }
     ember_tensor *c;
     EMBER_TRY(new_tensor(t, EMBER_F32, t->rank, t->shape, &c));
-    ember_status st = ops->convert(ember__state_of(t->ctx, t->device.backend), t->device.index, t, c);
+    ember_status st =
+        ops->convert(ember__state_of(t->ctx, t->device.backend), t->device.index, t, c);
     if (st != EMBER_OK) {
         ember__tensor_destroy(c);
         return st;
@@ -91,8 +94,8 @@ static ember_status finish(const char *op, ember_tensor *y, ember_dtype dt, embe
             char d[32];
             ember__device_str(y->device, d, sizeof d);
             ember__tensor_destroy(y);
-            EMBER_FAIL(EMBER_ERR_BACKEND_UNAVAILABLE, "%s: device %s cannot convert F32 to %s",
-                       op, d, ember_dtype_name(dt));
+            EMBER_FAIL(EMBER_ERR_BACKEND_UNAVAILABLE, "%s: device %s cannot convert F32 to %s", op,
+                       d, ember_dtype_name(dt));
         }
         st = new_tensor(y, dt, y->rank, y->shape, &c);
         if (st == EMBER_OK) {
@@ -202,8 +205,14 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     if (st == EMBER_OK)
         st = as_f32("matmul", b, &fb, &ob);
     if (st == EMBER_OK) {
-        ember__gemm g = {.m = p.m, .n = p.n, .k = p.k, .batch = p.batch, .a_off = p.a_off,
-                         .b_off = p.b_off, .alpha = 1.0f, .beta = 0.0f};
+        ember__gemm g = {.m = p.m,
+                         .n = p.n,
+                         .k = p.k,
+                         .batch = p.batch,
+                         .a_off = p.a_off,
+                         .b_off = p.b_off,
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
         /* One rhs for every batch (x[..., m, k] @ W[k, n]) over a dense lhs: the batch folds
          * into the rows of one GEMM (burn's MergeBatches), far faster than many small ones. */
         int fold = p.batch > 1;
@@ -238,7 +247,8 @@ static ember_status check_bias(const ember_tensor *x, const ember_tensor *w,
     const int64_t d_out = w->shape[w->rank - 1];
     if (bias->rank != 1 || bias->shape[0] != d_out) {
         char s1[200], s2[200];
-        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "linear: bias %s does not match weight %s (want [%lld])",
+        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
+                   "linear: bias %s does not match weight %s (want [%lld])",
                    ember__shape_str(bias->rank, bias->shape, s1, sizeof s1),
                    ember__shape_str(w->rank, w->shape, s2, sizeof s2), (long long)d_out);
     }
@@ -303,8 +313,14 @@ ember_status ember_linear(const ember_tensor *x, const ember_tensor *w, const em
     if (st == EMBER_OK && bias)
         st = as_f32("linear", bias, &fbias, &obias);
     if (st == EMBER_OK) {
-        ember__gemm g = {.m = rows, .n = d_out, .k = d_in, .batch = 1, .a_off = &zero,
-                         .b_off = &zero, .alpha = 1.0f, .beta = 0.0f};
+        ember__gemm g = {.m = rows,
+                         .n = d_out,
+                         .k = d_in,
+                         .batch = 1,
+                         .a_off = &zero,
+                         .b_off = &zero,
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
         st = run_gemm(&g, fx, fw, x->rank, yshape, &y);
     }
     if (st == EMBER_OK && bias) {
@@ -399,8 +415,15 @@ ember_status ember_linear_x_backward(const ember_tensor *w, const ember_tensor *
         st = as_f32(op, dy, &fdy, &ody);
     if (st == EMBER_OK) {
         /* [rows, d_out] @ ([d_in, d_out])ᵀ */
-        ember__gemm g = {.trans_b = 1, .m = rows, .n = d_in, .k = d_out, .batch = 1,
-                         .a_off = &zero, .b_off = &zero, .alpha = 1.0f, .beta = 0.0f};
+        ember__gemm g = {.trans_b = 1,
+                         .m = rows,
+                         .n = d_in,
+                         .k = d_out,
+                         .batch = 1,
+                         .a_off = &zero,
+                         .b_off = &zero,
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
         st = run_gemm(&g, fdy, fw, dy->rank, shape, &y);
     }
     drop3(ow, ody, NULL);
@@ -444,8 +467,15 @@ ember_status ember_linear_weight_backward(const ember_tensor *x, const ember_ten
         st = as_f32(op, dy, &fdy, &ody);
     if (st == EMBER_OK) {
         /* ([rows, d_in])ᵀ @ [rows, d_out] */
-        ember__gemm g = {.trans_a = 1, .m = d_in, .n = d_out, .k = rows, .batch = 1,
-                         .a_off = &zero, .b_off = &zero, .alpha = 1.0f, .beta = 0.0f};
+        ember__gemm g = {.trans_a = 1,
+                         .m = d_in,
+                         .n = d_out,
+                         .k = rows,
+                         .batch = 1,
+                         .a_off = &zero,
+                         .b_off = &zero,
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
         st = run_gemm(&g, fx, fdy, 2, shape, &y);
     }
     drop3(ox, ody, NULL);

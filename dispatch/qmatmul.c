@@ -24,10 +24,10 @@
 #include "internal.h"
 
 typedef struct qmm_plan {
-    int aq, bq;                 /* which operands are quantized */
-    ember_autodiff ad;          /* the merged autodiff context */
-    ember_dtype out_dtype;      /* the float output's dtype */
-    const ember_qscheme *prop;  /* PROPAGATE: re-quantize the output with this scheme */
+    int aq, bq;                /* which operands are quantized */
+    ember_autodiff ad;         /* the merged autodiff context */
+    ember_dtype out_dtype;     /* the float output's dtype */
+    const ember_qscheme *prop; /* PROPAGATE: re-quantize the output with this scheme */
     int out_rank;
     int64_t out_shape[EMBER_MAX_RANK];
 } qmm_plan;
@@ -165,9 +165,16 @@ static ember_status run_backend(const ember_tensor *a, const ember_tensor *b, co
     ember_status st =
         ember__tensor_alloc(ctx, a->device, EMBER_F32, p->out_rank, p->out_shape, nbytes, &o);
     if (st == EMBER_OK) {
-        ember__gemm g = {.trans_a = 0, .trans_b = 0, .m = mp.m, .n = mp.n, .k = mp.k,
-                         .batch = mp.batch, .a_off = mp.a_off, .b_off = mp.b_off,
-                         .alpha = 1.0f, .beta = 0.0f};
+        ember__gemm g = {.trans_a = 0,
+                         .trans_b = 0,
+                         .m = mp.m,
+                         .n = mp.n,
+                         .k = mp.k,
+                         .batch = mp.batch,
+                         .a_off = mp.a_off,
+                         .b_off = mp.b_off,
+                         .alpha = 1.0f,
+                         .beta = 0.0f};
         st = ops->q_matmul(state, a->device.index, &g, a, b, o);
     }
     ember__matmul_plan_free(&mp);

@@ -15,7 +15,10 @@ ember_status ember_tensor_read_many(const ember_tensor *const *ts, void *const *
     if (n == 0)
         return EMBER_OK;
     EMBER_FAIL_IF(!ts || !dsts || !dst_bytes, EMBER_ERR_INVALID_ARGUMENT,
-                  "tensor_read_many: %s is NULL", !ts ? "ts" : !dsts ? "dsts" : "dst_bytes");
+                  "tensor_read_many: %s is NULL",
+                  !ts     ? "ts"
+                  : !dsts ? "dsts"
+                          : "dst_bytes");
     for (int i = 0; i < n; i++) {
         char what[48];
         snprintf(what, sizeof what, "tensor_read_many: tensor %d", i);

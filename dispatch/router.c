@@ -4,9 +4,9 @@
  * else through the backends' download / upload (a host round trip, as burn's cross-backend move).
  * The guards come first, in one function shared by ember_to_device and ember_check_to_device so the
  * two cannot disagree:
- *   - a quantized tensor never moves: burn's router refuses it ("Local transfer of quantized tensors
- *     is not supported yet"), and a silent move would have to re-encode the values and scales on a
- *     backend that did not produce them. ember_requantize_to_device is the explicit way out;
+ *   - a quantized tensor never moves: burn's router refuses it ("Local transfer of quantized
+ * tensors is not supported yet"), and a silent move would have to re-encode the values and scales
+ * on a backend that did not produce them. ember_requantize_to_device is the explicit way out;
  *   - a tracked tensor stays on its backend ("Autodiff tensor cannot be moved between backends.");
  *   - the destination must hold the dtype ("Local transfer of F16 tensors is not supported yet").
  * On any failure nothing is allocated and the source is untouched. */
@@ -125,8 +125,7 @@ ember_status ember_requantize_to_device(const ember_tensor *q, ember_device dst,
     size_t ns = q->q.nscales ? q->q.nscales : 1;
     float *scales = ember__malloc(ns * sizeof *scales);
     if (!scales) {
-        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "requantize_to_device: no memory for %zu scales",
-                   ns);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "requantize_to_device: no memory for %zu scales", ns);
     }
     st = ember__qtensor_effective_scales(q, scales);
     if (st == EMBER_OK)

@@ -14,7 +14,8 @@ ember_status ember__check_same_device(const char *op, const ember_tensor *a,
     if (a->device.backend != b->device.backend)
         EMBER_FAIL(EMBER_ERR_BACKEND_MISMATCH,
                    "%s: The provided tensors are not on the same backend. Got backends %s and %s.",
-                   op, ember_backend_name(a->device.backend), ember_backend_name(b->device.backend));
+                   op, ember_backend_name(a->device.backend),
+                   ember_backend_name(b->device.backend));
     if (a->device.index != b->device.index) {
         char da[32], db[32];
         EMBER_FAIL(EMBER_ERR_DEVICE_MISMATCH,
@@ -44,18 +45,18 @@ ember_status ember__matmul_plan_make(const char *op, const ember_tensor *a, cons
     char sa[200], sb[200];
     memset(p, 0, sizeof *p);
     if (a->rank < 2 || b->rank < 2)
-        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
-                   "%s: lhs %s and rhs %s: both operands need rank >= 2 ([..., m, k] @ [..., k, n])",
-                   op, ember__shape_str(a->rank, a->shape, sa, sizeof sa),
-                   ember__shape_str(b->rank, b->shape, sb, sizeof sb));
+        EMBER_FAIL(
+            EMBER_ERR_SHAPE_MISMATCH,
+            "%s: lhs %s and rhs %s: both operands need rank >= 2 ([..., m, k] @ [..., k, n])", op,
+            ember__shape_str(a->rank, a->shape, sa, sizeof sa),
+            ember__shape_str(b->rank, b->shape, sb, sizeof sb));
     const int64_t m = a->shape[a->rank - 2], k = a->shape[a->rank - 1];
     const int64_t kb = b->shape[b->rank - 2], n = b->shape[b->rank - 1];
     if (k != kb)
         EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
                    "%s: lhs %s and rhs %s: the inner dims differ (%lld vs %lld)", op,
                    ember__shape_str(a->rank, a->shape, sa, sizeof sa),
-                   ember__shape_str(b->rank, b->shape, sb, sizeof sb), (long long)k,
-                   (long long)kb);
+                   ember__shape_str(b->rank, b->shape, sb, sizeof sb), (long long)k, (long long)kb);
 
     /* batch axes, left-padded with 1s to a common batch rank */
     const int ra = a->rank - 2, rb = b->rank - 2;
@@ -86,9 +87,8 @@ ember_status ember__matmul_plan_make(const char *op, const ember_tensor *a, cons
     if (batch == SIZE_MAX || !ember__mul_size(batch, (size_t)m, &cells) ||
         !ember__mul_size(cells, (size_t)n, &cells) || !ember__mul_size(cells, 8, &cells)) {
         char so[200];
-        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH,
-                   "%s: lhs %s and rhs %s: the output shape %s overflows", op,
-                   ember__shape_str(a->rank, a->shape, sa, sizeof sa),
+        EMBER_FAIL(EMBER_ERR_SHAPE_MISMATCH, "%s: lhs %s and rhs %s: the output shape %s overflows",
+                   op, ember__shape_str(a->rank, a->shape, sa, sizeof sa),
                    ember__shape_str(b->rank, b->shape, sb, sizeof sb),
                    ember__shape_str(p->rank, p->out_shape, so, sizeof so));
     }

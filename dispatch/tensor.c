@@ -36,8 +36,8 @@ const char *ember__shape_str(int rank, const int64_t *shape, char *buf, size_t c
 
 ember_status ember__check_tensor(const ember_tensor *t, const char *what) {
     EMBER_FAIL_IF(!t, EMBER_ERR_MISUSE, "%s: tensor is NULL", what);
-    EMBER_FAIL_IF(t->magic == EMBER__DEAD_MAGIC, EMBER_ERR_MISUSE,
-                  "%s: tensor was already freed", what);
+    EMBER_FAIL_IF(t->magic == EMBER__DEAD_MAGIC, EMBER_ERR_MISUSE, "%s: tensor was already freed",
+                  what);
     EMBER_FAIL_IF(t->magic != EMBER__TENSOR_MAGIC, EMBER_ERR_MISUSE,
                   "%s: not an ember tensor (foreign pointer)", what);
     EMBER_FAIL_IF(!t->ctx || t->ctx->magic != EMBER__CONTEXT_MAGIC, EMBER_ERR_MISUSE,
@@ -141,7 +141,8 @@ ember_status ember_tensor_from_data(ember_context *ctx, ember_device dev, ember_
         snprintf(tmp, sizeof tmp, "%s", ember_last_error());
         EMBER_FAIL(st, "tensor_from_data: %s", tmp);
     }
-    EMBER_FAIL_IF(!data && nbytes > 0, EMBER_ERR_INVALID_ARGUMENT, "tensor_from_data: data is NULL");
+    EMBER_FAIL_IF(!data && nbytes > 0, EMBER_ERR_INVALID_ARGUMENT,
+                  "tensor_from_data: data is NULL");
     EMBER_TRY(ember__check_device(ctx, dev, "tensor_from_data"));
     const ember_backend_ops *ops = ctx->be[dev.backend].ops;
     void *state = ctx->be[dev.backend].state;

@@ -12,7 +12,7 @@
     do {                                                                                           \
         ember_status st_ = (call);                                                                 \
         if (st_ != EMBER_OK) {                                                                     \
-            fprintf(stderr, "%s failed: %s: %s\n", #call, ember_status_name(st_),                 \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, ember_status_name(st_),                  \
                     ember_last_error());                                                           \
             goto done;                                                                             \
         }                                                                                          \

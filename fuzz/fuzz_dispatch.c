@@ -92,9 +92,10 @@ typedef struct meta {
 static meta pool[POOL];
 static int npool;
 
-static const ember_device DEVS[4] = {
-    {EMBER_BACKEND_CPU, 0}, {EMBER_BACKEND_OPENCL, 0}, {EMBER_BACKEND_OPENCL, 1},
-    {EMBER_BACKEND_CPU, 0}};
+static const ember_device DEVS[4] = {{EMBER_BACKEND_CPU, 0},
+                                     {EMBER_BACKEND_OPENCL, 0},
+                                     {EMBER_BACKEND_OPENCL, 1},
+                                     {EMBER_BACKEND_CPU, 0}};
 
 static ember_device pick_device(uint8_t b) {
     ember_device d = DEVS[b % 4];
@@ -122,11 +123,16 @@ static const int64_t SHAPES[][2] = {{2, 4}, {4, 8}, {4, 4}, {8, 4}, {3, 4}, {1, 
 static ember_qscheme pick_scheme(uint8_t b) {
     static const int64_t blk4[] = {4};
     switch (b % 5) {
-    case 0: return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    case 1: return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    case 2: return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk4);
-    case 3: return ember_qscheme_per_tensor(EMBER_E5M2, EMBER_QSTORE_NATIVE);
-    default: return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
+    case 0:
+        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    case 1:
+        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    case 2:
+        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, blk4);
+    case 3:
+        return ember_qscheme_per_tensor(EMBER_E5M2, EMBER_QSTORE_NATIVE);
+    default:
+        return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
     }
 }
 
@@ -147,8 +153,9 @@ static void make(fz_reader *r) {
         i64[i] = i % 4;
         h[i] = 0x3f80;
     }
-    const void *data = dt == EMBER_I64 ? (const void *)i64 : dt == EMBER_BF16 ? (const void *)h
-                                                                             : (const void *)f;
+    const void *data = dt == EMBER_I64    ? (const void *)i64
+                       : dt == EMBER_BF16 ? (const void *)h
+                                          : (const void *)f;
     ember_dtype mk = dt == EMBER_QFLOAT ? EMBER_F32 : dt;
     ember_tensor *t = NULL;
     ember_status st = ember_tensor_from_data(dctx, dev, mk, 2, shape, data, &t);
@@ -273,19 +280,21 @@ static void step(fz_reader *r) {
         keep_out = 1;
         break;
     }
-    case 2: case 3: { /* q_matmul (+ check) / matmul */
+    case 2:
+    case 3: { /* q_matmul (+ check) / matmul */
         name = op % 12 == 2 ? "q_matmul" : "matmul";
         int g = binary_guards(&al, a, b);
         int64_t k_a = ember_tensor_dim(a, 1), k_b = ember_tensor_dim(b, 0);
         if (!g) {
             ember_dtype ta = ember_tensor_dtype(a), tb = ember_tensor_dtype(b);
-            int fa = ta == EMBER_F32 || ta == EMBER_QFLOAT, fb = tb == EMBER_F32 || tb == EMBER_QFLOAT;
+            int fa = ta == EMBER_F32 || ta == EMBER_QFLOAT,
+                fb = tb == EMBER_F32 || tb == EMBER_QFLOAT;
             al.ok = k_a == k_b && fa && fb;
             if (k_a != k_b)
                 allow(&al, EMBER_ERR_SHAPE_MISMATCH);
             if (!fa || !fb || ta == EMBER_BF16 || tb == EMBER_BF16) {
-                al.ok |= k_a == k_b && (ta == EMBER_BF16 || tb == EMBER_BF16) &&
-                         ta != EMBER_I64 && tb != EMBER_I64;
+                al.ok |= k_a == k_b && (ta == EMBER_BF16 || tb == EMBER_BF16) && ta != EMBER_I64 &&
+                         tb != EMBER_I64;
                 allow(&al, EMBER_ERR_DTYPE_MISMATCH);
             }
             /* a block scheme on a shape its block does not divide, a scheme the kernel lacks */
@@ -342,7 +351,8 @@ static void step(fz_reader *r) {
             allow(&al, EMBER_ERR_NOT_QUANTIZED);
         st = ember_dequantize(a, &out);
         ember_qscheme s;
-        FZ_CHECK(ember_tensor_qscheme(a, &s) == (quantized(a) ? EMBER_OK : EMBER_ERR_NOT_QUANTIZED));
+        FZ_CHECK(ember_tensor_qscheme(a, &s) ==
+                 (quantized(a) ? EMBER_OK : EMBER_ERR_NOT_QUANTIZED));
         break;
     }
     case 7: { /* read_many: refused as a whole when any is quantized, nothing written */

@@ -97,10 +97,38 @@ static void keep(ember_tensor *out) {
         ember_tensor_free(out);
 }
 
-enum { OP_MATMUL, OP_QMATMUL, OP_LINEAR, OP_ADD, OP_MUL, OP_LXB, OP_LWB, OP_LBB, OP_RELU, OP_RELUB,
-       OP_SOFTMAX, OP_CE, OP_CEB, OP_AXPY, OP_AXPY_IN, OP_ARGMAX, OP_READ, OP_READ_MANY,
-       OP_TO_DEVICE, OP_QUANTIZE, OP_QUANTIZE_STATIC, OP_DEQUANTIZE, OP_DEQUANTIZE_TO,
-       OP_BACKEND_DEQ, OP_QREAD, OP_REQUANT, OP_AUTODIFF, OP_FREE, OP_ACCESSORS, OP_COUNT };
+enum {
+    OP_MATMUL,
+    OP_QMATMUL,
+    OP_LINEAR,
+    OP_ADD,
+    OP_MUL,
+    OP_LXB,
+    OP_LWB,
+    OP_LBB,
+    OP_RELU,
+    OP_RELUB,
+    OP_SOFTMAX,
+    OP_CE,
+    OP_CEB,
+    OP_AXPY,
+    OP_AXPY_IN,
+    OP_ARGMAX,
+    OP_READ,
+    OP_READ_MANY,
+    OP_TO_DEVICE,
+    OP_QUANTIZE,
+    OP_QUANTIZE_STATIC,
+    OP_DEQUANTIZE,
+    OP_DEQUANTIZE_TO,
+    OP_BACKEND_DEQ,
+    OP_QREAD,
+    OP_REQUANT,
+    OP_AUTODIFF,
+    OP_FREE,
+    OP_ACCESSORS,
+    OP_COUNT
+};
 
 static void step(fz_reader *r) {
     ember_context *ctx = fz_context();
@@ -112,7 +140,9 @@ static void step(fz_reader *r) {
     ember_status st = EMBER_OK;
     int checks_inputs = 1;
     switch (op) {
-    case OP_MATMUL: st = ember_matmul(a, b, &out); break;
+    case OP_MATMUL:
+        st = ember_matmul(a, b, &out);
+        break;
     case OP_QMATMUL: {
         ember_status ck = ember_check_q_matmul(a, b);
         fz_check_status(ck, NULL);
@@ -121,18 +151,42 @@ static void step(fz_reader *r) {
             FZ_CHECK(st == ck);
         break;
     }
-    case OP_LINEAR: st = ember_linear(a, b, (arg & 1) ? c : NULL, &out); break;
-    case OP_ADD: st = ember_add(a, b, &out); break;
-    case OP_MUL: st = ember_mul(a, b, &out); break;
-    case OP_LXB: st = ember_linear_x_backward(a, b, &out); break;
-    case OP_LWB: st = ember_linear_weight_backward(a, b, &out); break;
-    case OP_LBB: st = ember_linear_bias_backward(a, &out); break;
-    case OP_RELU: st = ember_relu(a, &out); break;
-    case OP_RELUB: st = ember_relu_backward(a, b, &out); break;
-    case OP_SOFTMAX: st = ember_softmax(a, &out); break;
-    case OP_CE: st = ember_cross_entropy(a, b, &out); break;
-    case OP_CEB: st = ember_cross_entropy_backward(a, b, &out); break;
-    case OP_AXPY: st = ember_axpy((float)(int8_t)arg / 8.0f, a, b, &out); break;
+    case OP_LINEAR:
+        st = ember_linear(a, b, (arg & 1) ? c : NULL, &out);
+        break;
+    case OP_ADD:
+        st = ember_add(a, b, &out);
+        break;
+    case OP_MUL:
+        st = ember_mul(a, b, &out);
+        break;
+    case OP_LXB:
+        st = ember_linear_x_backward(a, b, &out);
+        break;
+    case OP_LWB:
+        st = ember_linear_weight_backward(a, b, &out);
+        break;
+    case OP_LBB:
+        st = ember_linear_bias_backward(a, &out);
+        break;
+    case OP_RELU:
+        st = ember_relu(a, &out);
+        break;
+    case OP_RELUB:
+        st = ember_relu_backward(a, b, &out);
+        break;
+    case OP_SOFTMAX:
+        st = ember_softmax(a, &out);
+        break;
+    case OP_CE:
+        st = ember_cross_entropy(a, b, &out);
+        break;
+    case OP_CEB:
+        st = ember_cross_entropy_backward(a, b, &out);
+        break;
+    case OP_AXPY:
+        st = ember_axpy((float)(int8_t)arg / 8.0f, a, b, &out);
+        break;
     case OP_AXPY_IN: {
         /* the one op that writes into an operand: b changes on success only */
         st = ember_axpy_inplace((float)(int8_t)arg / 8.0f, a, (ember_tensor *)b);
@@ -146,7 +200,9 @@ static void step(fz_reader *r) {
         }
         break;
     }
-    case OP_ARGMAX: st = ember_argmax(a, (int)(int8_t)arg % 10, &out); break;
+    case OP_ARGMAX:
+        st = ember_argmax(a, (int)(int8_t)arg % 10, &out);
+        break;
     case OP_READ: {
         unsigned char buf[4096 + 64];
         size_t cap = (arg & 1) ? sizeof buf : (size_t)arg * 4;
@@ -191,9 +247,15 @@ static void step(fz_reader *r) {
         st = ember_quantize_static(a, &s, b, &out);
         break;
     }
-    case OP_DEQUANTIZE: st = ember_dequantize(a, &out); break;
-    case OP_DEQUANTIZE_TO: st = ember_dequantize_to(a, (ember_dtype)(arg % 10), &out); break;
-    case OP_BACKEND_DEQ: st = ember_backend_dequantize(ctx, fz_device(r), a, &out); break;
+    case OP_DEQUANTIZE:
+        st = ember_dequantize(a, &out);
+        break;
+    case OP_DEQUANTIZE_TO:
+        st = ember_dequantize_to(a, (ember_dtype)(arg % 10), &out);
+        break;
+    case OP_BACKEND_DEQ:
+        st = ember_backend_dequantize(ctx, fz_device(r), a, &out);
+        break;
     case OP_QREAD: {
         int8_t vals[4096];
         float scales[1024], g;
@@ -210,7 +272,9 @@ static void step(fz_reader *r) {
         out = NULL;
         break;
     }
-    case OP_REQUANT: st = ember_requantize_to_device(a, fz_device(r), &out); break;
+    case OP_REQUANT:
+        st = ember_requantize_to_device(a, fz_device(r), &out);
+        break;
     case OP_AUTODIFF: {
         ember_autodiff before = ember_tensor_autodiff(a);
         st = ember_tensor_set_autodiff((ember_tensor *)a, (ember_autodiff)(arg % 4));

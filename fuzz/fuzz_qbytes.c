@@ -31,12 +31,19 @@ static void fz_one(const uint8_t *data, size_t size) {
     ember_tensor *q = (ember_tensor *)(uintptr_t)1;
     ember_status st;
     switch (lenmode >> 6) {
-    case 0: st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, payload, claimed, &q); break;
-    case 1: st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, NULL, claimed, &q); break;
-    case 2: st = ember_qtensor_from_bytes(ctx, dev, (lenmode & 8) ? NULL : &s, rank,
-                                          (lenmode & 16) ? NULL : shape, payload, claimed, &q);
+    case 0:
+        st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, payload, claimed, &q);
         break;
-    default: st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, payload, claimed, &q); break;
+    case 1:
+        st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, NULL, claimed, &q);
+        break;
+    case 2:
+        st = ember_qtensor_from_bytes(ctx, dev, (lenmode & 8) ? NULL : &s, rank,
+                                      (lenmode & 16) ? NULL : shape, payload, claimed, &q);
+        break;
+    default:
+        st = ember_qtensor_from_bytes(ctx, dev, &s, rank, shape, payload, claimed, &q);
+        break;
     }
     fz_check_status(st, &q);
     FZ_CHECK(len == 0 || memcmp(payload, r.p, len) == 0);
@@ -113,7 +120,8 @@ static void fz_one(const uint8_t *data, size_t size) {
             t = NULL;
         }
         ember_device other = {dev.backend == EMBER_BACKEND_CPU && fz_ncl_ ? EMBER_BACKEND_OPENCL
-                                                                           : EMBER_BACKEND_CPU, 0};
+                                                                          : EMBER_BACKEND_CPU,
+                              0};
         st = ember_to_device(q, other, &t);
         fz_check_status(st, &t);
         if (other.backend != dev.backend)

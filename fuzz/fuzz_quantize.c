@@ -9,8 +9,8 @@
  *   positive; F32 input with an integer type dequantizes to within half a step of the input
  *   (|x - x'| <= s/2, s the effective scale of the element's block; not for subnormal scales,
  *   whose rounding can push amax / s past the range, as in burn, nor for a scale saturated at
- *   its dtype's largest value, nor where s * q overflows f32 near FLT_MAX); quantizing twice gives the
- *   same bytes; to_bytes -> from_bytes -> to_bytes is the identity; with EMBER_FUZZ_OPENCL=1,
+ *   its dtype's largest value, nor where s * q overflows f32 near FLT_MAX); quantizing twice gives
+ * the same bytes; to_bytes -> from_bytes -> to_bytes is the identity; with EMBER_FUZZ_OPENCL=1,
  *   quantizing on the OpenCL device gives the same bytes as on the CPU (API.md: identical on
  *   every device);
  * - quantize_static with the stored scales of the result reproduces its values (per-tensor and
@@ -19,13 +19,32 @@
 
 static int int_range(ember_qvalue v, int *lo, int *hi) {
     switch (v) {
-    case EMBER_Q8F: *lo = -128; *hi = 127; return 1;
-    case EMBER_Q8S: *lo = -127; *hi = 127; return 1;
-    case EMBER_Q4F: *lo = -8; *hi = 7; return 1;
-    case EMBER_Q4S: *lo = -7; *hi = 7; return 1;
-    case EMBER_Q2F: *lo = -2; *hi = 1; return 1;
-    case EMBER_Q2S: *lo = -1; *hi = 1; return 1;
-    default: return 0;
+    case EMBER_Q8F:
+        *lo = -128;
+        *hi = 127;
+        return 1;
+    case EMBER_Q8S:
+        *lo = -127;
+        *hi = 127;
+        return 1;
+    case EMBER_Q4F:
+        *lo = -8;
+        *hi = 7;
+        return 1;
+    case EMBER_Q4S:
+        *lo = -7;
+        *hi = 7;
+        return 1;
+    case EMBER_Q2F:
+        *lo = -2;
+        *hi = 1;
+        return 1;
+    case EMBER_Q2S:
+        *lo = -1;
+        *hi = 1;
+        return 1;
+    default:
+        return 0;
     }
 }
 
@@ -98,8 +117,8 @@ static void fz_one(const uint8_t *data, size_t size) {
         }
     }
     ember_tensor *t = NULL;
-    ember_status st = ember_tensor_from_data(ctx, (ember_device){EMBER_BACKEND_CPU, 0}, dt, rank,
-                                             shape, x, &t);
+    ember_status st =
+        ember_tensor_from_data(ctx, (ember_device){EMBER_BACKEND_CPU, 0}, dt, rank, shape, x, &t);
     fz_check_status(st, &t);
     if (st != EMBER_OK)
         goto done;

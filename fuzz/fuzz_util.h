@@ -33,8 +33,8 @@
 #define FZ_CHECK(cond)                                                                             \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: fuzz check failed: %s (last error: %s)\n", __FILE__,          \
-                    __LINE__, #cond, ember_last_error());                                          \
+            fprintf(stderr, "%s:%d: fuzz check failed: %s (last error: %s)\n", __FILE__, __LINE__, \
+                    #cond, ember_last_error());                                                    \
             __builtin_trap();                                                                      \
         }                                                                                          \
     } while (0)
@@ -78,8 +78,8 @@ static inline int64_t fz_dim(fz_reader *r) {
     uint8_t b = fz_u8(r);
     if (b < 0xE0)
         return b % 7;
-    static const int64_t edge[] = {-1, INT64_MIN, INT64_MAX, (int64_t)1 << 31, (int64_t)1 << 40,
-                                   (int64_t)1 << 62, 64, 33};
+    static const int64_t edge[] = {
+        -1, INT64_MIN, INT64_MAX, (int64_t)1 << 31, (int64_t)1 << 40, (int64_t)1 << 62, 64, 33};
     return edge[b & 7];
 }
 
@@ -96,12 +96,18 @@ static inline int fz_rank(fz_reader *r) {
 static inline float fz_f32(fz_reader *r) {
     uint8_t k = fz_u8(r);
     switch (k & 0x1F) {
-    case 0: return NAN;
-    case 1: return INFINITY;
-    case 2: return -INFINITY;
-    case 3: return 3.0e38f;
-    case 4: return 1.0e-40f; /* subnormal */
-    case 5: return -0.0f;
+    case 0:
+        return NAN;
+    case 1:
+        return INFINITY;
+    case 2:
+        return -INFINITY;
+    case 3:
+        return 3.0e38f;
+    case 4:
+        return 1.0e-40f; /* subnormal */
+    case 5:
+        return -0.0f;
     case 6: {
         uint32_t u = fz_u32(r);
         float f;
@@ -157,15 +163,33 @@ static inline ember_device fz_device(fz_reader *r) {
     uint8_t b = fz_u8(r);
     ember_device d = {EMBER_BACKEND_CPU, 0};
     switch (b & 0x0F) {
-    case 0: case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8:
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+    case 8:
         break;
-    case 9: case 10: case 11: case 12:
+    case 9:
+    case 10:
+    case 11:
+    case 12:
         if (fz_ncl_ > 0)
             d.backend = EMBER_BACKEND_OPENCL;
         break;
-    case 13: d.index = 1; break;                                   /* no such CPU device */
-    case 14: d.backend = EMBER_BACKEND_OPENCL; d.index = fz_ncl_; break; /* one past the end */
-    default: d.backend = (ember_backend)(2 + (b >> 4)); break;     /* no such backend */
+    case 13:
+        d.index = 1;
+        break; /* no such CPU device */
+    case 14:
+        d.backend = EMBER_BACKEND_OPENCL;
+        d.index = fz_ncl_;
+        break; /* one past the end */
+    default:
+        d.backend = (ember_backend)(2 + (b >> 4));
+        break; /* no such backend */
     }
     return d;
 }
@@ -194,8 +218,8 @@ static inline ember_qscheme fz_scheme(fz_reader *r) {
         for (int i = 0; i < EMBER_MAX_BLOCK_RANK; i++)
             blk[i] = fz_dim(r);
         s = ember_qscheme_per_block((ember_qvalue)fz_int(r, EMBER_QVALUE_COUNT + 1),
-                                    (ember_qstore)fz_int(r, EMBER_QSTORE_COUNT + 1),
-                                    br, br >= 0 && br <= EMBER_MAX_BLOCK_RANK ? blk : NULL);
+                                    (ember_qstore)fz_int(r, EMBER_QSTORE_COUNT + 1), br,
+                                    br >= 0 && br <= EMBER_MAX_BLOCK_RANK ? blk : NULL);
         if (fz_u8(r) & 1) {
             s.tensor_level = 1;
             s.block_scale = (ember_scale_dtype)fz_int(r, EMBER_SCALE_DTYPE_COUNT + 1);
@@ -221,7 +245,8 @@ static inline int fz_known_status(ember_status st) {
     return strcmp(ember_status_name(st), "EMBER_UNKNOWN_STATUS") != 0;
 }
 
-/* Every call: a known status; on failure a detail and a NULL output (out may be NULL: no output). */
+/* Every call: a known status; on failure a detail and a NULL output (out may be NULL: no output).
+ */
 static inline void fz_check_status(ember_status st, ember_tensor *const *out) {
     FZ_CHECK(fz_known_status(st));
     if (st != EMBER_OK) {

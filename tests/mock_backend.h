@@ -47,8 +47,8 @@ static inline ember_status mock_sync(void *state, int dev) {
     return EMBER_OK;
 }
 
-static inline ember_status mock_download(void *state, int dev, const void *buf, size_t off, void *dst,
-                                  size_t bytes) {
+static inline ember_status mock_download(void *state, int dev, const void *buf, size_t off,
+                                         void *dst, size_t bytes) {
     (void)state;
     if (mock.fail_download)
         EMBER_FAIL(EMBER_ERR_DEVICE, "mock: clEnqueueReadBuffer failed (CL_OUT_OF_RESOURCES)");
@@ -143,8 +143,8 @@ static inline void snap_check(const ember_tensor *t, snap *s) {
 /* A non-NULL pointer that is no tensor: an output slot must be NULL after a failure. */
 #define OUT_SENTINEL ((ember_tensor *)(uintptr_t)0x5e471e0)
 
-static inline ember_tensor *mk_f32(ember_context *ctx, ember_device dev, int rank, const int64_t *shape,
-                            uint64_t *rng) {
+static inline ember_tensor *mk_f32(ember_context *ctx, ember_device dev, int rank,
+                                   const int64_t *shape, uint64_t *rng) {
     size_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= (size_t)shape[i];
@@ -157,8 +157,8 @@ static inline ember_tensor *mk_f32(ember_context *ctx, ember_device dev, int ran
 }
 
 /* A random F32 tensor quantized with scheme s on dev (NULL and a CU failure if that fails). */
-static inline ember_tensor *mk_q(ember_context *ctx, ember_device dev, const ember_qscheme *s, int rank,
-                          const int64_t *shape, uint64_t *rng) {
+static inline ember_tensor *mk_q(ember_context *ctx, ember_device dev, const ember_qscheme *s,
+                                 int rank, const int64_t *shape, uint64_t *rng) {
     ember_tensor *f = mk_f32(ctx, dev, rank, shape, rng);
     ember_tensor *q = NULL;
     TU_OK(ember_quantize(f, s, &q));

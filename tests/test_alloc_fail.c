@@ -77,7 +77,8 @@ static ember_status f32(env *e, int slot, int rank, const int64_t *shape) {
     return ember_tensor_from_data(e->ctx, e->dev, EMBER_F32, rank, shape, v, &e->in[slot]);
 }
 
-static ember_status quant(env *e, int slot, int rank, const int64_t *shape, const ember_qscheme *s) {
+static ember_status quant(env *e, int slot, int rank, const int64_t *shape,
+                          const ember_qscheme *s) {
     ember_tensor *t = NULL;
     ember_status st = f32(e, slot, rank, shape);
     if (st != EMBER_OK)
@@ -107,8 +108,8 @@ static void snap_take(const env *e, snapshot *s) {
             CU_ASSERT_FATAL(ember_qtensor_to_bytes(t, s->bytes[i], s->len[i], &s->len[i]) ==
                             EMBER_OK);
         } else {
-            s->len[i] = (size_t)ember_tensor_numel(t) *
-                        ember_dtype_get_traits(ember_tensor_dtype(t))->size;
+            s->len[i] =
+                (size_t)ember_tensor_numel(t) * ember_dtype_get_traits(ember_tensor_dtype(t))->size;
             s->bytes[i] = malloc(s->len[i] + 1);
             CU_ASSERT_FATAL(ember_tensor_read(t, s->bytes[i], s->len[i]) == EMBER_OK);
         }
@@ -259,17 +260,22 @@ static ember_status ce_in(env *e) { /* logits [2,3], targets I64 [2] */
 static ember_qscheme scheme_of(int k) {
     static const int64_t b4[] = {4};
     switch (k) {
-    case 0: return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    case 1: return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    case 2: return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
+    case 0:
+        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    case 1:
+        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    case 2:
+        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
     case 3: {
         ember_qscheme s = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, b4);
         s.tensor_level = 1;
         s.block_scale = EMBER_SCALE_UE4M3;
         return s;
     }
-    case 4: return ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
-    default: return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
+    case 4:
+        return ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+    default:
+        return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
     }
 }
 static ember_status x48(env *e) { return f32(e, 0, 2, S48); }
@@ -303,10 +309,10 @@ static ember_status half_in(env *e) { /* F16 (where held) or BF16 [2,3] and [3,4
         a[i] = (uint16_t)(e->param == EMBER_F16 ? 0x3c00 + i : 0x3f80 + i);
         b[i] = (uint16_t)(e->param == EMBER_F16 ? 0xbc00 + i : 0xbf80 + i);
     }
-    ember_status st = ember_tensor_from_data(e->ctx, e->dev, (ember_dtype)e->param, 2, S23, a,
-                                             &e->in[0]);
-    return st ? st : ember_tensor_from_data(e->ctx, e->dev, (ember_dtype)e->param, 2, S34, b,
-                                            &e->in[1]);
+    ember_status st =
+        ember_tensor_from_data(e->ctx, e->dev, (ember_dtype)e->param, 2, S23, a, &e->in[0]);
+    return st ? st
+              : ember_tensor_from_data(e->ctx, e->dev, (ember_dtype)e->param, 2, S34, b, &e->in[1]);
 }
 
 /* ---- calls ---- */
@@ -342,15 +348,15 @@ static ember_status c_read_many(env *e) {
 }
 static ember_status c_matmul(env *e) { return ember_matmul(e->in[0], e->in[1], &e->out); }
 static ember_status c_q_matmul(env *e) { return ember_q_matmul(e->in[0], e->in[1], &e->out); }
-static ember_status c_linear(env *e) {
-    return ember_linear(e->in[0], e->in[1], e->in[2], &e->out);
-}
+static ember_status c_linear(env *e) { return ember_linear(e->in[0], e->in[1], e->in[2], &e->out); }
 static ember_status c_add(env *e) { return ember_add(e->in[0], e->in[1], &e->out); }
 static ember_status c_mul(env *e) { return ember_mul(e->in[0], e->in[1], &e->out); }
 static ember_status c_lxb(env *e) { /* w [3,4], dy [2,4] -> dx [2,3]: use in[1] as w, out of a23 */
     return ember_linear_x_backward(e->in[1], e->in[2], &e->out);
 }
-static ember_status c_lwb(env *e) { return ember_linear_weight_backward(e->in[0], e->in[2], &e->out); }
+static ember_status c_lwb(env *e) {
+    return ember_linear_weight_backward(e->in[0], e->in[2], &e->out);
+}
 static ember_status c_lbb(env *e) { return ember_linear_bias_backward(e->in[0], &e->out); }
 static ember_status c_relu(env *e) { return ember_relu(e->in[0], &e->out); }
 static ember_status c_relub(env *e) { return ember_relu_backward(e->in[0], e->in[1], &e->out); }

@@ -235,9 +235,9 @@ static void test_device_supports_cpu(void) {
                      EMBER_ERR_INVALID_ARGUMENT, "out is NULL");
     TU_ASSERT_STATUS(ember_device_supports(c, TU_CPU, EMBER_OP_COUNT, EMBER_F32, NULL, &keep),
                      EMBER_ERR_INVALID_ARGUMENT, "bad op value");
-    TU_ASSERT_STATUS(ember_device_supports(c, TU_CPU, EMBER_OP_MATMUL, (ember_dtype)77, NULL,
-                                           &keep),
-                     EMBER_ERR_INVALID_ARGUMENT, "bad dtype value 77");
+    TU_ASSERT_STATUS(
+        ember_device_supports(c, TU_CPU, EMBER_OP_MATMUL, (ember_dtype)77, NULL, &keep),
+        EMBER_ERR_INVALID_ARGUMENT, "bad dtype value 77");
     TU_ASSERT_STATUS(ember_device_supports(c, TU_CPU, EMBER_OP_Q_MATMUL, EMBER_QFLOAT, NULL, &keep),
                      EMBER_ERR_INVALID_ARGUMENT, "needs a scheme");
     ember_device cpu2 = {EMBER_BACKEND_CPU, 2};

@@ -72,7 +72,8 @@ static ember_tensor *f32(ember_device d, int rank, const int64_t *shape, const f
 static void test_catalogue(void) {
     ctx = mock_context();
     if (markdown)
-        printf("\n| class of bad input | call | status | detail ember gives |\n|---|---|---|---|\n");
+        printf(
+            "\n| class of bad input | call | status | detail ember gives |\n|---|---|---|---|\n");
     const int64_t s23[] = {2, 3}, s34[] = {3, 4}, s6[] = {6};
     const float v[12] = {1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12};
     ember_tensor *out = SENTINEL;
@@ -83,8 +84,8 @@ static void test_catalogue(void) {
 
     /* ---- handles ---- */
     row("NULL output pointer", "ember_tensor_from_data(..., NULL)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, s23, v, NULL),
-        EMBER_ERR_INVALID_ARGUMENT, "out is NULL", NULL);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, s23, v, NULL), EMBER_ERR_INVALID_ARGUMENT,
+        "out is NULL", NULL);
     out = SENTINEL;
     row("NULL context", "ember_tensor_from_data(NULL, ...)",
         ember_tensor_from_data(NULL, TU_CPU, EMBER_F32, 2, s23, v, &out), EMBER_ERR_MISUSE,
@@ -96,8 +97,8 @@ static void test_catalogue(void) {
         ember_tensor_from_data((ember_context *)foreign, TU_CPU, EMBER_F32, 2, s23, v, &out),
         EMBER_ERR_MISUSE, "not a live ember context", &out);
     out = SENTINEL;
-    row("NULL tensor", "ember_matmul(NULL, b, &out)", ember_matmul(NULL, b, &out),
-        EMBER_ERR_MISUSE, "tensor is NULL", &out);
+    row("NULL tensor", "ember_matmul(NULL, b, &out)", ember_matmul(NULL, b, &out), EMBER_ERR_MISUSE,
+        "tensor is NULL", &out);
     out = SENTINEL;
     row("foreign pointer as a tensor", "ember_matmul((ember_tensor *)junk, b, &out)",
         ember_matmul((const ember_tensor *)foreign, b, &out), EMBER_ERR_MISUSE,
@@ -106,8 +107,8 @@ static void test_catalogue(void) {
         ember_tensor *dead = f32(TU_CPU, 2, s23, v);
         ember_tensor_free(dead);
         out = SENTINEL;
-        row("freed tensor (memory still mapped)", "ember_relu(freed, &out)",
-            ember_relu(dead, &out), EMBER_ERR_MISUSE, "already freed", &out);
+        row("freed tensor (memory still mapped)", "ember_relu(freed, &out)", ember_relu(dead, &out),
+            EMBER_ERR_MISUSE, "already freed", &out);
     }
     ember_tensor_free(NULL);
     ember_tensor_free((ember_tensor *)foreign); /* ignored: not a live tensor */
@@ -140,28 +141,28 @@ static void test_catalogue(void) {
         EMBER_ERR_INVALID_ARGUMENT, "ember_quantize", &out);
     out = SENTINEL;
     row("rank 0", "ember_tensor_from_data(..., rank 0, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 0, s23, v, &out),
-        EMBER_ERR_INVALID_ARGUMENT, "rank 0 is outside 1..8", &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 0, s23, v, &out), EMBER_ERR_INVALID_ARGUMENT,
+        "rank 0 is outside 1..8", &out);
     const int64_t s9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     out = SENTINEL;
     row("rank 9 (above EMBER_MAX_RANK)", "ember_tensor_from_data(..., rank 9, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 9, s9, v, &out),
-        EMBER_ERR_INVALID_ARGUMENT, "rank 9", &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 9, s9, v, &out), EMBER_ERR_INVALID_ARGUMENT,
+        "rank 9", &out);
     const int64_t neg[] = {2, -3};
     out = SENTINEL;
     row("negative dim", "ember_tensor_from_data(..., {2, -3}, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, neg, v, &out),
-        EMBER_ERR_INVALID_ARGUMENT, "negative", &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, neg, v, &out), EMBER_ERR_INVALID_ARGUMENT,
+        "negative", &out);
     const int64_t huge[] = {INT64_MAX, 4};
     out = SENTINEL;
     row("element count that overflows", "ember_tensor_from_data(..., {INT64_MAX, 4}, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, huge, v, &out),
-        EMBER_ERR_SHAPE_MISMATCH, "overflows", &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, huge, v, &out), EMBER_ERR_SHAPE_MISMATCH,
+        "overflows", &out);
     const int64_t big[] = {(int64_t)1 << 61};
     out = SENTINEL;
     row("byte size that overflows", "ember_tensor_from_data(..., F32 {2^61}, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 1, big, v, &out),
-        EMBER_ERR_SHAPE_MISMATCH, "byte size overflows", &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 1, big, v, &out), EMBER_ERR_SHAPE_MISMATCH,
+        "byte size overflows", &out);
     out = SENTINEL;
     row("NULL shape", "ember_tensor_from_data(..., shape NULL, ...)",
         ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, NULL, v, &out),
@@ -173,8 +174,7 @@ static void test_catalogue(void) {
     const int64_t empty[] = {0, 5};
     out = SENTINEL;
     row("empty tensor (a 0 dim): accepted", "ember_tensor_from_data(..., {0, 5}, NULL, ...)",
-        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, empty, NULL, &out), EMBER_OK, NULL,
-        &out);
+        ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, empty, NULL, &out), EMBER_OK, NULL, &out);
     ember_tensor_free(out);
     if (!TU_ASAN) { /* ASan aborts on a 2^45-byte request instead of returning NULL */
         const int64_t vast[] = {(int64_t)1 << 43};
@@ -268,8 +268,8 @@ static void test_catalogue(void) {
     ember_tensor *ints = NULL;
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_I64, 1, s2, ti64, &ints));
     out = SENTINEL;
-    row("integer tensor to quantize", "ember_quantize(I64 x, ...)",
-        ember_quantize(ints, &q8, &out), EMBER_ERR_DTYPE_MISMATCH, NULL, &out);
+    row("integer tensor to quantize", "ember_quantize(I64 x, ...)", ember_quantize(ints, &q8, &out),
+        EMBER_ERR_DTYPE_MISMATCH, NULL, &out);
     const int64_t bad_t[] = {2, 7};
     ember_tensor *tgt = NULL;
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_I64, 1, s2, bad_t, &tgt));
@@ -297,8 +297,7 @@ static void test_catalogue(void) {
     memcpy(bytes + 6, &nan_scale, 4);
     out = SENTINEL;
     row("a NaN scale inside QuantizedBytes: accepted, as burn", "ember_qtensor_from_bytes(...)",
-        ember_qtensor_from_bytes(ctx, TU_CPU, &q8, 2, s23, bytes, len, &out), EMBER_OK, NULL,
-        &out);
+        ember_qtensor_from_bytes(ctx, TU_CPU, &q8, 2, s23, bytes, len, &out), EMBER_OK, NULL, &out);
     ember_tensor_free(out);
     size_t need = 0;
     row("serialize into a buffer too small", "ember_qtensor_to_bytes(q, dst, 3, &len)",
@@ -335,8 +334,7 @@ static void test_catalogue(void) {
     ember_tensor_free(hf);
     out = SENTINEL;
     row("dequantize off the producer", "ember_backend_dequantize(ctx, cpu:0, q from opencl:0)",
-        ember_backend_dequantize(ctx, TU_CPU, qm, &out), EMBER_ERR_FOREIGN_DEQUANTIZE, NULL,
-        &out);
+        ember_backend_dequantize(ctx, TU_CPU, qm, &out), EMBER_ERR_FOREIGN_DEQUANTIZE, NULL, &out);
     const ember_tensor *ts[1] = {qa};
     void *const dsts[1] = {small};
     const size_t caps[1] = {sizeof small};
@@ -344,8 +342,8 @@ static void test_catalogue(void) {
         ember_tensor_read_many(ts, dsts, caps, 1), EMBER_ERR_QUANT_UNSUPPORTED,
         "Quantization not supported yet", NULL);
     out = SENTINEL;
-    row("dequantize of a float tensor", "ember_dequantize(F32 x, &out)",
-        ember_dequantize(a, &out), EMBER_ERR_NOT_QUANTIZED, "not valid for dtype F32", &out);
+    row("dequantize of a float tensor", "ember_dequantize(F32 x, &out)", ember_dequantize(a, &out),
+        EMBER_ERR_NOT_QUANTIZED, "not valid for dtype F32", &out);
     row("tracking a quantized tensor", "ember_tensor_set_autodiff(q, BALANCED)",
         ember_tensor_set_autodiff(qa, EMBER_AUTODIFF_BALANCED), EMBER_ERR_AUTODIFF_CONTEXT, NULL,
         NULL);
@@ -357,8 +355,8 @@ static void test_catalogue(void) {
         ember_add(tb1, tb2, &out), EMBER_ERR_CHECKPOINT_MISMATCH, "checkpointing", &out);
     out = SENTINEL;
     row("tracked input to a backward op", "ember_linear_bias_backward(tracked dy, &db)",
-        ember_linear_bias_backward(tb1, &out), EMBER_ERR_NOT_DIFFERENTIABLE,
-        "Can't differentiate", &out);
+        ember_linear_bias_backward(tb1, &out), EMBER_ERR_NOT_DIFFERENTIABLE, "Can't differentiate",
+        &out);
     out = SENTINEL;
     row("tracked tensor to another backend", "ember_to_device(tracked cpu, opencl:0)",
         ember_to_device(tb1, MOCK0, &out), EMBER_ERR_AUTODIFF_TRANSFER, NULL, &out);

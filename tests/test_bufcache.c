@@ -1,17 +1,16 @@
-/* tests/test_bufcache.c: the CPU backend's cache of freed tensor buffers (backends/cpu/cpu_bufcache.c)
- * and ember_context_trim.
+/* tests/test_bufcache.c: the CPU backend's cache of freed tensor buffers
+ * (backends/cpu/cpu_bufcache.c) and ember_context_trim.
  *
  * Checks: a freed buffer of 256 KiB or more is handed to the next allocation that fits (at most 1/8
  * larger) and holds the new tensor's data; smaller buffers and ones too large for the request go
- * back to the allocator; the cap evicts the oldest entries; ember_context_trim gives everything back
- * (ember's live-block count returns to where it was) and the context keeps working; a cap of 0 turns
- * the cache off; bad settings (option and EMBER_CPU_BUFFER_CACHE_MIB) fail context creation with
- * INVALID_ARGUMENT and a detail; an op whose output lands in a reused buffer (stale contents) gives
- * bit-identical results to a context without the cache.
- * OpenCL (device 0, when there is one): the device's cache of freed buffers (any size; the same
- * 1/8 rule), its setting, trim, and q_matmul through the device's persistent temporaries (scratch
- * slots that grow and are reused by smaller calls) giving the bits of a context without the
- * buffer cache, call after call. */
+ * back to the allocator; the cap evicts the oldest entries; ember_context_trim gives everything
+ * back (ember's live-block count returns to where it was) and the context keeps working; a cap of 0
+ * turns the cache off; bad settings (option and EMBER_CPU_BUFFER_CACHE_MIB) fail context creation
+ * with INVALID_ARGUMENT and a detail; an op whose output lands in a reused buffer (stale contents)
+ * gives bit-identical results to a context without the cache. OpenCL (device 0, when there is one):
+ * the device's cache of freed buffers (any size; the same 1/8 rule), its setting, trim, and
+ * q_matmul through the device's persistent temporaries (scratch slots that grow and are reused by
+ * smaller calls) giving the bits of a context without the buffer cache, call after call. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +97,7 @@ static void test_trim(void) {
     CU_ASSERT_EQUAL(cache_of(c)->n, 0);
     CU_ASSERT_EQUAL(cache_of(c)->held, 0);
     CU_ASSERT_EQUAL(ember__alloc_live(), live);
-    TU_OK(ember_context_trim(c)); /* empty: still fine */
+    TU_OK(ember_context_trim(c));                  /* empty: still fine */
     ember_tensor *d = filled(c, 1 << 18, 7, NULL); /* the context works on */
     ember_tensor_free(d);
     CU_ASSERT_EQUAL(cache_of(c)->n, 1);
@@ -206,7 +205,8 @@ static void test_qmatmul_in_reused_buffer(void) {
     ember_context *on = ctx_with_cap(64), *off = ctx_with_cap(0);
     float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
     uint64_t s = tu_seed();
-    float *r[2] = {malloc((size_t)(m * n) * sizeof(float)), malloc((size_t)(m * n) * sizeof(float))};
+    float *r[2] = {malloc((size_t)(m * n) * sizeof(float)),
+                   malloc((size_t)(m * n) * sizeof(float))};
     for (int round = 0; round < 3; round++) {
         tu_rand_f32(&s, x, (size_t)(m * k), -2.0f, 2.0f);
         tu_rand_f32(&s, w, (size_t)(k * n), -1.0f, 1.0f);
@@ -316,8 +316,8 @@ static void test_cl_qmatmul_reuse(void) {
         ember_context_destroy(off);
         return;
     }
-    static const int64_t shapes[][3] = {{5, 64, 40}, {33, 256, 130}, {2, 64, 40}, {33, 256, 130},
-                                        {1, 300, 17}};
+    static const int64_t shapes[][3] = {
+        {5, 64, 40}, {33, 256, 130}, {2, 64, 40}, {33, 256, 130}, {1, 300, 17}};
     uint64_t s = tu_seed();
     for (size_t r = 0; r < sizeof shapes / sizeof shapes[0]; r++) {
         const int64_t m = shapes[r][0], k = shapes[r][1], n = shapes[r][2];

@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "test_util.h"
 #include "backends/cpu/qgemm.h"
+#include "test_util.h"
 
 static uint64_t rng;
 
@@ -61,7 +61,8 @@ static void test_exact_int32(void) {
                                 for (int64_t kk = 0; kk < k; kk++)
                                     ref += (int32_t)A[i * lda + kk] * B[kk * n + j];
                                 if (ref != C[i * n + j]) {
-                                    printf("\n  %s bits %d m %lld n %lld k %lld: C[%lld,%lld] %d != %d",
+                                    printf("\n  %s bits %d m %lld n %lld k %lld: C[%lld,%lld] %d "
+                                           "!= %d",
                                            ember__qtier_name((ember__qtier)t), bits, (long long)m,
                                            (long long)n, (long long)k, (long long)i, (long long)j,
                                            C[i * n + j], ref);
@@ -184,20 +185,20 @@ static void test_epilogue(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    check_epilogue(s, 37, 45, 200, 0, 8, 0);  /* per-row x per-column, one chunk */
-    check_epilogue(s, 5, 70, 256, 32, 8, 0);  /* block 32 along K */
-    check_epilogue(s, 40, 33, 192, 64, 8, 1); /* block 64, f16 scales */
-    check_epilogue(s, 3, 64, 384, 128, 4, 1); /* 4-bit, block 128 */
-    check_epilogue(s, 70, 50, 96, 32, 4, 0);  /* 4-bit, block 32 */
-    check_epilogue(s, 1, 100, 64, 32, 4, 1);  /* decode row */
-    check_epilogue(s, 9, 70, 200, 0, 8, 0);   /* decode rows on m-row AMX tiles */
-    check_epilogue(s, 97, 40, 130, 0, 4, 0);  /* 4-bit, one chunk, several row blocks */
-    check_epilogue(s, 130, 70, 640, 0, 8, 0); /* pipelined scaling over many K steps */
-    check_epilogue(s, 40, 70, 1100, 0, 4, 0); /* 4-bit over several K slices */
-    check_epilogue(s, 600, 300, 96, 0, 8, 0); /* several row and column tasks */
-    check_epilogue(s, 40, 70, 768, 256, 8, 0);  /* 8-bit, block 256: chunked tile path */
-    check_epilogue(s, 100, 70, 320, 64, 4, 1);  /* 4-bit, block 64: chunked, two steps */
-    check_epilogue(s, 45, 33, 160, 32, 4, 0);   /* 4-bit, block 32, odd chunk count */
+    check_epilogue(s, 37, 45, 200, 0, 8, 0);   /* per-row x per-column, one chunk */
+    check_epilogue(s, 5, 70, 256, 32, 8, 0);   /* block 32 along K */
+    check_epilogue(s, 40, 33, 192, 64, 8, 1);  /* block 64, f16 scales */
+    check_epilogue(s, 3, 64, 384, 128, 4, 1);  /* 4-bit, block 128 */
+    check_epilogue(s, 70, 50, 96, 32, 4, 0);   /* 4-bit, block 32 */
+    check_epilogue(s, 1, 100, 64, 32, 4, 1);   /* decode row */
+    check_epilogue(s, 9, 70, 200, 0, 8, 0);    /* decode rows on m-row AMX tiles */
+    check_epilogue(s, 97, 40, 130, 0, 4, 0);   /* 4-bit, one chunk, several row blocks */
+    check_epilogue(s, 130, 70, 640, 0, 8, 0);  /* pipelined scaling over many K steps */
+    check_epilogue(s, 40, 70, 1100, 0, 4, 0);  /* 4-bit over several K slices */
+    check_epilogue(s, 600, 300, 96, 0, 8, 0);  /* several row and column tasks */
+    check_epilogue(s, 40, 70, 768, 256, 8, 0); /* 8-bit, block 256: chunked tile path */
+    check_epilogue(s, 100, 70, 320, 64, 4, 1); /* 4-bit, block 64: chunked, two steps */
+    check_epilogue(s, 45, 33, 160, 32, 4, 0);  /* 4-bit, block 32, odd chunk count */
     g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);
     check_epilogue(s, 45, 33, 160, 32, 4, 1);
@@ -241,43 +242,44 @@ static void test_float_path_exact(void) {
                 ref[i * n + j] = r;
             }
         for (int v = 0; v < 3; v++) {
-        /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256 (unit scales) */
-        const int bits = v == 1 ? 4 : 8;
-        const int64_t kc = v == 0 ? 0 : (v == 1 ? 32 : 256);
-        if (kc && k % kc)
-            continue;
-        if (bits == 4) { /* 4-bit values: the reference over the values clamped to [-8, 7] */
-            for (int64_t e = 0; e < k * n; e++)
-                B4[e] = (int8_t)(B[e] < -8 ? -8 : (B[e] > 7 ? 7 : B[e]));
-            for (int64_t i = 0; i < m; i++)
-                for (int64_t j = 0; j < n; j++) {
-                    int32_t r = 0;
-                    for (int64_t kk = 0; kk < k; kk++)
-                        r += (int32_t)A[i * lda + kk] * B4[kk * n + j];
-                    ref4[i * n + j] = r;
-                }
-        }
-        const int32_t *rf = bits == 4 ? ref4 : ref;
-        ember__qpack p;
-        TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
-        for (int t = 0; t < EMBER__QT_COUNT; t++) {
-            if (!ember__qtier_available((ember__qtier)t))
+            /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256 (unit scales)
+             */
+            const int bits = v == 1 ? 4 : 8;
+            const int64_t kc = v == 0 ? 0 : (v == 1 ? 32 : 256);
+            if (kc && k % kc)
                 continue;
-            for (int64_t i = 0; i < m * n; i++)
-                C[i] = NAN;
-            TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
-            int bad = 0;
-            for (int64_t i = 0; i < m * n && !bad; i++)
-                if (!(C[i] == (float)rf[i])) {
-                    printf("\n  %s bits %d kc %lld m %lld n %lld k %lld: C[%lld] %g != %d",
-                           ember__qtier_name((ember__qtier)t), bits, (long long)kc,
-                           (long long)m, (long long)n, (long long)k, (long long)i,
-                           (double)C[i], rf[i]);
-                    bad = 1;
-                }
-            CU_ASSERT_FALSE(bad);
-        }
-        ember__qpack_free(&p);
+            if (bits == 4) { /* 4-bit values: the reference over the values clamped to [-8, 7] */
+                for (int64_t e = 0; e < k * n; e++)
+                    B4[e] = (int8_t)(B[e] < -8 ? -8 : (B[e] > 7 ? 7 : B[e]));
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) {
+                        int32_t r = 0;
+                        for (int64_t kk = 0; kk < k; kk++)
+                            r += (int32_t)A[i * lda + kk] * B4[kk * n + j];
+                        ref4[i * n + j] = r;
+                    }
+            }
+            const int32_t *rf = bits == 4 ? ref4 : ref;
+            ember__qpack p;
+            TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
+            for (int t = 0; t < EMBER__QT_COUNT; t++) {
+                if (!ember__qtier_available((ember__qtier)t))
+                    continue;
+                for (int64_t i = 0; i < m * n; i++)
+                    C[i] = NAN;
+                TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
+                int bad = 0;
+                for (int64_t i = 0; i < m * n && !bad; i++)
+                    if (!(C[i] == (float)rf[i])) {
+                        printf("\n  %s bits %d kc %lld m %lld n %lld k %lld: C[%lld] %g != %d",
+                               ember__qtier_name((ember__qtier)t), bits, (long long)kc,
+                               (long long)m, (long long)n, (long long)k, (long long)i, (double)C[i],
+                               rf[i]);
+                        bad = 1;
+                    }
+                CU_ASSERT_FALSE(bad);
+            }
+            ember__qpack_free(&p);
         }
         free(A);
         free(B);
@@ -301,14 +303,13 @@ static void test_tiers(void) {
     CU_ASSERT_EQUAL(ember__qtier_select("bogus"), best);
 }
 
-
-
 /* the unpacked kernel of decode-sized first calls: exact int32 and the scales */
 static void test_direct(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130}, ks[] = {1, 2, 7, 64, 301};
+    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130},
+                         ks[] = {1, 2, 7, 64, 301};
     int ran = 0;
     for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 5; b++)
@@ -321,7 +322,8 @@ static void test_direct(void) {
                 rand_i8(B, (size_t)(k * ldb), -128, 127);
                 tu_rand_f32(&rng, sa, 16, 0.01f, 0.1f);
                 tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
-                ember_status st = ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
+                ember_status st =
+                    ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
                 if (st == EMBER_ERR_QUANT_UNSUPPORTED) { /* no AVX-512 here */
                     free(A), free(B), free(C), free(F), free(sb);
                     continue;
@@ -335,11 +337,13 @@ static void test_direct(void) {
                         for (int64_t kk = 0; kk < k; kk++)
                             ref += (int32_t)A[i * lda + kk] * B[kk * ldb + j];
                         double fr = (double)sa[i] * (double)sb[j] * (double)ref;
-                        if (ref != C[i * n + j] || fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
+                        if (ref != C[i * n + j] ||
+                            fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
                             bad = 1;
                     }
                 if (bad)
-                    printf("\n  direct m %lld n %lld k %lld differs", (long long)m, (long long)n, (long long)k);
+                    printf("\n  direct m %lld n %lld k %lld differs", (long long)m, (long long)n,
+                           (long long)k);
                 CU_ASSERT_FALSE(bad);
                 ran++;
                 free(A), free(B), free(C), free(F), free(sb);
@@ -348,7 +352,6 @@ static void test_direct(void) {
         printf("\n  direct kernel: no AVX-512 on this machine, skipped");
     ember_context_destroy(ctx);
 }
-
 
 /* the AMX first-call kernel (B packed slice by slice as the tiles use it) */
 static void test_raw(void) {
@@ -418,7 +421,8 @@ static void test_raw(void) {
 
 /* ---------------------------------------------------------------- the vtable entry */
 
-static ember_tensor *mk_f32(ember_context *ctx, int rank, const int64_t *shape, float lo, float hi) {
+static ember_tensor *mk_f32(ember_context *ctx, int rank, const int64_t *shape, float lo,
+                            float hi) {
     size_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= (size_t)shape[i];
@@ -430,7 +434,8 @@ static ember_tensor *mk_f32(ember_context *ctx, int rank, const int64_t *shape, 
     return t;
 }
 
-static ember_tensor *mk_q(ember_context *ctx, const ember_qscheme *s, int rank, const int64_t *shape) {
+static ember_tensor *mk_q(ember_context *ctx, const ember_qscheme *s, int rank,
+                          const int64_t *shape) {
     ember_tensor *x = mk_f32(ctx, rank, shape, -2.0f, 2.0f), *q = NULL;
     TU_OK(ember_quantize(x, s, &q));
     ember_tensor_free(x);
@@ -451,7 +456,8 @@ static double *reference(const ember_tensor *a, const ember_tensor *b, int64_t *
     int64_t n = ember_tensor_dim(fb, rb - 1);
     int64_t ba = ra == 3 ? ember_tensor_dim(fa, 0) : 1, bb = rb == 3 ? ember_tensor_dim(fb, 0) : 1;
     int64_t batch = ba > bb ? ba : bb;
-    float *x = malloc((size_t)ember_tensor_numel(fa) * 4), *y = malloc((size_t)ember_tensor_numel(fb) * 4);
+    float *x = malloc((size_t)ember_tensor_numel(fa) * 4),
+          *y = malloc((size_t)ember_tensor_numel(fb) * 4);
     TU_OK(ember_tensor_read(fa, x, (size_t)ember_tensor_numel(fa) * 4));
     TU_OK(ember_tensor_read(fb, y, (size_t)ember_tensor_numel(fb) * 4));
     double *r = calloc((size_t)(batch * m * n), sizeof(double));
@@ -506,20 +512,97 @@ static ember_qscheme scheme_of(ember_qvalue v, ember_qstore st, int brank, const
 
 static void test_q_matmul_entry(void) {
     static const qcase cases[] = {
-        {"Q8S x Q8S per-tensor", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE, EMBER_QSTORE_NATIVE, 0, 0,
-         {0}, {0}, 37, 100, 45, 1},
-        {"Q8F x Q8S per-row x per-column", EMBER_Q8F, EMBER_Q8S, EMBER_QSTORE_NATIVE,
-         EMBER_QSTORE_NATIVE, 2, 2, {1, 96}, {96, 1}, 40, 96, 33, 1},
-        {"Q8S x Q4S block 32 along K (PackedU32)", EMBER_Q8S, EMBER_Q4S, EMBER_QSTORE_NATIVE,
-         EMBER_QSTORE_PACKED_U32, 2, 2, {1, 64}, {32, 8}, 35, 128, 48, 1},
-        {"Q8S x Q2S block 64 (PackedU32)", EMBER_Q8S, EMBER_Q2S, EMBER_QSTORE_NATIVE,
-         EMBER_QSTORE_PACKED_U32, 0, 2, {0}, {64, 16}, 5, 192, 64, 1},
-        {"Q4S (PackedU32) x Q8S decode row", EMBER_Q4S, EMBER_Q8S, EMBER_QSTORE_PACKED_U32,
-         EMBER_QSTORE_NATIVE, 2, 2, {1, 128}, {128, 1}, 1, 256, 80, 1},
-        {"Q8S x Q8S, B blocks along N only (declined)", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE,
-         EMBER_QSTORE_NATIVE, 0, 1, {0}, {16}, 6, 32, 48, 0},
-        {"Q8S x Q8S, K blocks of 16 (declined)", EMBER_Q8S, EMBER_Q8S, EMBER_QSTORE_NATIVE,
-         EMBER_QSTORE_NATIVE, 2, 0, {1, 16}, {0}, 6, 64, 16, 0},
+        {"Q8S x Q8S per-tensor",
+         EMBER_Q8S,
+         EMBER_Q8S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE,
+         0,
+         0,
+         {0},
+         {0},
+         37,
+         100,
+         45,
+         1},
+        {"Q8F x Q8S per-row x per-column",
+         EMBER_Q8F,
+         EMBER_Q8S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE,
+         2,
+         2,
+         {1, 96},
+         {96, 1},
+         40,
+         96,
+         33,
+         1},
+        {"Q8S x Q4S block 32 along K (PackedU32)",
+         EMBER_Q8S,
+         EMBER_Q4S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_PACKED_U32,
+         2,
+         2,
+         {1, 64},
+         {32, 8},
+         35,
+         128,
+         48,
+         1},
+        {"Q8S x Q2S block 64 (PackedU32)",
+         EMBER_Q8S,
+         EMBER_Q2S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_PACKED_U32,
+         0,
+         2,
+         {0},
+         {64, 16},
+         5,
+         192,
+         64,
+         1},
+        {"Q4S (PackedU32) x Q8S decode row",
+         EMBER_Q4S,
+         EMBER_Q8S,
+         EMBER_QSTORE_PACKED_U32,
+         EMBER_QSTORE_NATIVE,
+         2,
+         2,
+         {1, 128},
+         {128, 1},
+         1,
+         256,
+         80,
+         1},
+        {"Q8S x Q8S, B blocks along N only (declined)",
+         EMBER_Q8S,
+         EMBER_Q8S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE,
+         0,
+         1,
+         {0},
+         {16},
+         6,
+         32,
+         48,
+         0},
+        {"Q8S x Q8S, K blocks of 16 (declined)",
+         EMBER_Q8S,
+         EMBER_Q8S,
+         EMBER_QSTORE_NATIVE,
+         EMBER_QSTORE_NATIVE,
+         2,
+         0,
+         {1, 16},
+         {0},
+         6,
+         64,
+         16,
+         0},
     };
     ember_context *ctx = tu_cpu_context();
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
@@ -607,7 +690,8 @@ static void test_q_matmul_batched(void) {
 
 /* (F,Q): burn's float path by default; W8A8 with dynamic_activation_quant (lossy) */
 static void test_dynamic_activation_quant(void) {
-    ember_qscheme s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){64, 1});
+    ember_qscheme s =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){64, 1});
     const int64_t xs[2] = {9, 128}, ws[2] = {128, 50}, xt[2] = {50, 9};
     for (int on = 0; on <= 1; on++) {
         ember_options o = ember_options_default();
@@ -648,7 +732,8 @@ static void test_dynamic_activation_quant(void) {
 static void test_q_matmul_oom(void) {
     ember_context *ctx = tu_cpu_context();
     ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_qscheme sb = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
+    ember_qscheme sb =
+        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
     const int64_t ash[2] = {33, 64}, bsh[2] = {64, 40};
     int done = 0;
     for (long n = 1; n < 200 && !done; n++) {
@@ -701,7 +786,8 @@ static void test_tier_cap(void) {
             CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, want[i]);
         /* the capped tier still computes the right thing */
         ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-        ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){40, 70}), *b = mk_q(ctx, &s, 2, (int64_t[]){70, 20});
+        ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){40, 70}),
+                     *b = mk_q(ctx, &s, 2, (int64_t[]){70, 20});
         ember_tensor *y = NULL;
         int64_t cells;
         double *ref = reference(a, b, &cells);

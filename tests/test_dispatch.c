@@ -279,8 +279,8 @@ static void test_check_to_device_matches_op(void) {
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F16, 2, s, hv, &h));
     TU_OK(ember_tensor_set_autodiff(tr, EMBER_AUTODIFF_BALANCED));
     const ember_tensor *ts[4] = {f, q, tr, h};
-    const ember_device ds[5] = {TU_CPU, MOCK0, MOCK1, {EMBER_BACKEND_CPU, 3},
-                                {EMBER_BACKEND_OPENCL, 2}};
+    const ember_device ds[5] = {
+        TU_CPU, MOCK0, MOCK1, {EMBER_BACKEND_CPU, 3}, {EMBER_BACKEND_OPENCL, 2}};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 5; j++)
             expect_same_to_device(ts[i], ds[j]);
@@ -324,10 +324,10 @@ static void test_to_device_oom(void) {
 static void test_requantize_to_device(void) {
     ember_context *ctx = mock_context();
     const int64_t blk[1] = {4};
-    ember_qscheme schemes[4] = {q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
-                                ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1, blk),
-                                ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1,
-                                                        blk)};
+    ember_qscheme schemes[4] = {
+        q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
+        ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1, blk),
+        ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, blk)};
     schemes[3].block_scale = EMBER_SCALE_UE4M3; /* two-level, NVFP4 style */
     schemes[3].tensor_level = 1;
     schemes[3].tensor_scale = EMBER_SCALE_F32;
@@ -526,12 +526,10 @@ typedef struct mm_case {
 } mm_case;
 
 static const mm_case mm_cases[] = {
-    {2, 2, {5, 8}, {8, 3}},
-    {2, 2, {1, 16}, {16, 7}},
-    {2, 2, {9, 32}, {32, 16}},
-    {3, 3, {2, 3, 8}, {2, 8, 4}},
-    {4, 3, {2, 1, 3, 8}, {3, 8, 8}},   /* batch broadcast, and ranks differ */
-    {3, 2, {4, 2, 16}, {16, 8}},       /* a shared weight */
+    {2, 2, {5, 8}, {8, 3}},       {2, 2, {1, 16}, {16, 7}},        {2, 2, {9, 32}, {32, 16}},
+    {3, 3, {2, 3, 8}, {2, 8, 4}}, {4, 3, {2, 1, 3, 8}, {3, 8, 8}}, /* batch broadcast, and ranks
+                                                                      differ */
+    {3, 2, {4, 2, 16}, {16, 8}},                                   /* a shared weight */
 };
 
 static void run_arms(ember_context *ctx, const ember_qscheme *sa, const ember_qscheme *sb) {
@@ -723,7 +721,8 @@ static void test_q_matmul_half_output(void) {
                 double mag = 0;
                 for (int l = 0; l < 16; l++)
                     mag += fabs((double)x[row * 16 + l] * (double)w[l * 8 + col]);
-                float g = dts[i] == EMBER_F16 ? ember__f16_to_f32(hy[j]) : ember__bf16_to_f32(hy[j]);
+                float g =
+                    dts[i] == EMBER_F16 ? ember__f16_to_f32(hy[j]) : ember__bf16_to_f32(hy[j]);
                 double tol = 2 * rel * mag + rel * fabs((double)r[j]) + 1e-6;
                 CU_ASSERT(fabs((double)g - (double)r[j]) <= tol);
             }
@@ -799,8 +798,8 @@ static struct {
     ember_backend_ops ops;
 } hook;
 
-static ember_status hook_q_matmul(void *state, int dev, const ember__gemm *g,
-                                  const ember_tensor *a, const ember_tensor *b, ember_tensor *out) {
+static ember_status hook_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
+                                  const ember_tensor *b, ember_tensor *out) {
     (void)state;
     (void)dev;
     (void)a;
@@ -829,7 +828,8 @@ static void test_q_matmul_empty(void) {
     ember_qscheme s = q8s();
     const int64_t A[3][2] = {{0, 4}, {2, 0}, {2, 4}}, B[3][2] = {{4, 3}, {0, 3}, {4, 0}};
     for (int c = 0; c < 3; c++) {
-        ember_tensor *fa = mk_f32(ctx, TU_CPU, 2, A[c], &rng), *fb = mk_f32(ctx, TU_CPU, 2, B[c], &rng);
+        ember_tensor *fa = mk_f32(ctx, TU_CPU, 2, A[c], &rng),
+                     *fb = mk_f32(ctx, TU_CPU, 2, B[c], &rng);
         ember_tensor *qa = NULL, *qb = NULL;
         TU_OK(ember_quantize(fa, &s, &qa));
         TU_OK(ember_quantize(fb, &s, &qb));
@@ -949,7 +949,8 @@ static void test_check_q_matmul_matches_op(void) {
         ember_context *ctx = mock_context();
         ctx->opts.quant_propagation = props[p];
         const int64_t blk[2] = {2, 2};
-        ember_qscheme s = q8s(), sbk = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk);
+        ember_qscheme s = q8s(),
+                      sbk = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, blk);
         const int64_t s23[2] = {2, 3}, s32[2] = {3, 2}, s34[2] = {3, 4}, s44[2] = {4, 4};
         const int64_t s1[1] = {3}, b3[3] = {3, 2, 3}, b2[3] = {2, 3, 2};
         ember_tensor *t[12];

@@ -623,7 +623,8 @@ static void test_matmul_errors(void) {
     float one[15] = {1};
     ember_tensor *other = NULL;
     TU_OK(ember_tensor_from_data(ctx2, TU_CPU, EMBER_F32, 2, s35, one, &other));
-    EXPECT_FAIL(o, ember_matmul(a, other, &o), EMBER_ERR_DEVICE_MISMATCH, "different ember contexts");
+    EXPECT_FAIL(o, ember_matmul(a, other, &o), EMBER_ERR_DEVICE_MISMATCH,
+                "different ember contexts");
     ember_tensor_free(other);
     ember_context_destroy(ctx2);
     snap_check(&sa);
@@ -660,7 +661,8 @@ static void test_linear_errors(void) {
     EXPECT_FAIL(o, ember_linear(x, w, b2, &o), EMBER_ERR_SHAPE_MISMATCH, "bias [1, 3]");
     EXPECT_FAIL(o, ember_linear(x, w, bh, &o), EMBER_ERR_DTYPE_MISMATCH, "F16");
     EXPECT_FAIL(o, ember_linear(x, wh, NULL, &o), EMBER_ERR_DTYPE_MISMATCH, "BF16");
-    ember_tensor bcl = fake_on(b, EMBER_BACKEND_OPENCL, 0), wcl = fake_on(w, EMBER_BACKEND_OPENCL, 0);
+    ember_tensor bcl = fake_on(b, EMBER_BACKEND_OPENCL, 0),
+                 wcl = fake_on(w, EMBER_BACKEND_OPENCL, 0);
     EXPECT_FAIL(o, ember_linear(x, w, &bcl, &o), EMBER_ERR_BACKEND_MISMATCH,
                 "Got backends cpu and opencl.");
     EXPECT_FAIL(o, ember_linear(x, &wcl, b, &o), EMBER_ERR_BACKEND_MISMATCH,
@@ -683,10 +685,12 @@ static void test_backward_errors(void) {
     snap_take(&s2, dy);
     snap_take(&s3, x);
     ember_tensor *o;
-    TU_ASSERT_STATUS(ember_linear_x_backward(w, dy, NULL), EMBER_ERR_INVALID_ARGUMENT, "dx is NULL");
+    TU_ASSERT_STATUS(ember_linear_x_backward(w, dy, NULL), EMBER_ERR_INVALID_ARGUMENT,
+                     "dx is NULL");
     TU_ASSERT_STATUS(ember_linear_weight_backward(x, dy, NULL), EMBER_ERR_INVALID_ARGUMENT,
                      "dw is NULL");
-    TU_ASSERT_STATUS(ember_linear_bias_backward(dy, NULL), EMBER_ERR_INVALID_ARGUMENT, "db is NULL");
+    TU_ASSERT_STATUS(ember_linear_bias_backward(dy, NULL), EMBER_ERR_INVALID_ARGUMENT,
+                     "db is NULL");
     EXPECT_FAIL(o, ember_linear_x_backward(NULL, dy, &o), EMBER_ERR_MISUSE, "tensor is NULL");
     EXPECT_FAIL(o, ember_linear_weight_backward(x, NULL, &o), EMBER_ERR_MISUSE, "tensor is NULL");
     EXPECT_FAIL(o, ember_linear_bias_backward(NULL, &o), EMBER_ERR_MISUSE, "tensor is NULL");
@@ -721,7 +725,8 @@ static void test_backward_errors(void) {
     EXPECT_FAIL(o, ember_linear_x_backward(w, dybad, &o), EMBER_ERR_SHAPE_MISMATCH, "[5, 4]");
     CU_ASSERT_PTR_NOT_NULL(strstr(ember_last_error(), "[2, 3, 6]"));
     EXPECT_FAIL(o, ember_linear_x_backward(x, dy, &o), EMBER_ERR_SHAPE_MISMATCH, "[2, 3, 5]");
-    EXPECT_FAIL(o, ember_linear_weight_backward(xbad, dy, &o), EMBER_ERR_SHAPE_MISMATCH, "[3, 2, 5]");
+    EXPECT_FAIL(o, ember_linear_weight_backward(xbad, dy, &o), EMBER_ERR_SHAPE_MISMATCH,
+                "[3, 2, 5]");
     CU_ASSERT_PTR_NOT_NULL(strstr(ember_last_error(), "[2, 3, 4]"));
     EXPECT_FAIL(o, ember_linear_weight_backward(w, dy, &o), EMBER_ERR_SHAPE_MISMATCH, "[5, 4]");
     /* dtypes and backends */
@@ -860,12 +865,9 @@ static CU_TestInfo float_tests[] = {
 };
 
 static CU_TestInfo error_tests[] = {
-    {"matmul errors", test_matmul_errors},
-    {"linear errors", test_linear_errors},
-    {"backward errors", test_backward_errors},
-    {"add / mul errors", test_add_mul_errors},
-    {"out of memory", test_out_of_memory},
-    CU_TEST_INFO_NULL,
+    {"matmul errors", test_matmul_errors},     {"linear errors", test_linear_errors},
+    {"backward errors", test_backward_errors}, {"add / mul errors", test_add_mul_errors},
+    {"out of memory", test_out_of_memory},     CU_TEST_INFO_NULL,
 };
 
 static CU_SuiteInfo suites[] = {

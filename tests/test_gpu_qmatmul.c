@@ -27,14 +27,15 @@ static const char *path_name, *path_label;
 
 static void read_raw(const ember_tensor *t, void *dst) {
     const ember_backend_ops *o = ctx->be[t->device.backend].ops;
-    TU_OK(o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
+    TU_OK(
+        o->download(ctx->be[t->device.backend].state, t->device.index, t->buf, 0, dst, t->nbytes));
 }
 
 /* Elements of O (batch x m x n) that differ from 0 + (sa * sb) * (float)acc, acc the exact int32
  * sum of the stored int8 values of qa (batch x m x k) and qb (batch x k x n, or one k x n matrix
  * for every batch entry when bcast_b); all elements (full) or 4096 sampled. */
-static long exact_errors(const ember_tensor *qa, const ember_tensor *qb, const float *O, int64_t batch, int64_t m,
-                         int64_t n, int64_t k, int full, int bcast_b) {
+static long exact_errors(const ember_tensor *qa, const ember_tensor *qb, const float *O,
+                         int64_t batch, int64_t m, int64_t n, int64_t k, int full, int bcast_b) {
     size_t no = (size_t)(batch * m * n);
     int8_t *ab = malloc(qa->nbytes), *bb = malloc(qb->nbytes);
     read_raw(qa, ab);
@@ -48,14 +49,16 @@ static long exact_errors(const ember_tensor *qa, const ember_tensor *qb, const f
         int64_t bi = (int64_t)idx / (m * n), i = ((int64_t)idx / n) % m, j = (int64_t)idx % n;
         int32_t acc = 0;
         for (int64_t p = 0; p < k; p++)
-            acc += (int32_t)ab[(bi * m + i) * k + p] * (int32_t)bb[((bcast_b ? 0 : bi) * k + p) * n + j];
+            acc += (int32_t)ab[(bi * m + i) * k + p] *
+                   (int32_t)bb[((bcast_b ? 0 : bi) * k + p) * n + j];
         volatile float prod = sa * sb;
         volatile float term = prod * (float)acc;
         float want = 0.0f + term;
         if (memcmp(&want, &O[idx], 4) != 0) {
             if (bad < 3)
                 fprintf(stderr, "  %s %lldx%lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
-                        (long long)batch, (long long)m, (long long)n, (long long)k, idx, O[idx], want);
+                        (long long)batch, (long long)m, (long long)n, (long long)k, idx, O[idx],
+                        want);
             bad++;
         }
     }
@@ -111,8 +114,8 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
 
 /* Per-row lhs / per-column rhs scales (plain matrices): 0 + (sa[i / bm] * sb[j / bn]) * (float)acc
  * from the stored values and effective scales, all elements (full) or 4096 sampled. */
-static void pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n, int64_t k,
-                    int64_t bm, int64_t bn, int full) {
+static void pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m, int64_t n,
+                    int64_t k, int64_t bm, int64_t bn, int full) {
     size_t na = (size_t)(m * k), nb = (size_t)(k * n), no = (size_t)(m * n);
     float *A = malloc(na * 4), *B = malloc(nb * 4), *O = malloc(no * 4);
     int8_t *av = malloc(na), *bv = malloc(nb);
@@ -147,8 +150,8 @@ static void pc_case(const ember_qscheme *qa, const ember_qscheme *qb, int64_t m,
         float want = 0.0f + term;
         if (memcmp(&want, &O[idx], 4) != 0) {
             if (bad < 3)
-                fprintf(stderr, "  %s per-channel %lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n", path_name,
-                        (long long)m, (long long)n, (long long)k, idx, O[idx], want);
+                fprintf(stderr, "  %s per-channel %lldx%lldx%lld: out[%zu] = %.9g, want %.9g\n",
+                        path_name, (long long)m, (long long)n, (long long)k, idx, O[idx], want);
             bad++;
         }
     }
@@ -205,7 +208,8 @@ static void test_edges(void) {
     one_case(1, 300, 515, 2049, 1);
     one_case(2, 9, 13, 31, 1);
     one_case(2, 129, 70, 200, 1);
-    /* >= 396 tiles of 64 x 256: the wgmma path's 64 x 256 kernel, with partial tiles on both axes */
+    /* >= 396 tiles of 64 x 256: the wgmma path's 64 x 256 kernel, with partial tiles on both axes
+     */
     one_case(1, 1300, 4900, 100, 1);
 }
 
@@ -233,7 +237,8 @@ static void test_pack_cache(void) {
         tu_rand_f32(&rng, W, (size_t)(wb * k * n), -0.5f, 0.5f);
         int64_t wsh[3] = {wb, k, n};
         ember_tensor *xw = NULL, *qw = NULL;
-        TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, wsh, W, &xw)); /* [1][k][n]: broadcast */
+        TU_OK(
+            ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, wsh, W, &xw)); /* [1][k][n]: broadcast */
         TU_OK(ember_quantize(xw, &qs, &qw));
         CU_ASSERT_PTR_NULL(qw->pack.data);
         static const int64_t ms[] = {100, 100, 1, 40};
@@ -302,7 +307,8 @@ int main(void) {
         mkdir("ember-cl-cache", 0755);
         setenv("EMBER_OPENCL_CACHE_DIR", "ember-cl-cache", 1);
     }
-    static const char *const paths[2][2] = {{"wgmma", "opencl.wgmma_sm90a"}, {"mma", "opencl.mma_sm80"}};
+    static const char *const paths[2][2] = {{"wgmma", "opencl.wgmma_sm90a"},
+                                            {"mma", "opencl.mma_sm80"}};
     int ran = 0, rc = 0;
     for (int p = 0; p < 2; p++) {
         int got = open_path(paths[p][0], paths[p][1]);

@@ -19,8 +19,9 @@
  *     are back to where they were, the inputs are untouched;
  *   - the context still works (an add on the device gives the right numbers).
  * Program creation and build are walked on fresh contexts (programs are cached per context),
- * failing only those calls; everything else on a warm context. Without -Wl,--wrap (EMBER_CL_WRAP undefined) or without an OpenCL device the test
- * is skipped (exit 77). Prints the number of faults injected. */
+ * failing only those calls; everything else on a warm context. Without -Wl,--wrap (EMBER_CL_WRAP
+ * undefined) or without an OpenCL device the test is skipped (exit 77). Prints the number of faults
+ * injected. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,38 +67,45 @@ static int fault(const char *name) {
     return 0;
 }
 
-#define REAL(ret, name, params) ret __real_##name params; ret __wrap_##name params;
+#define REAL(ret, name, params)                                                                    \
+    ret __real_##name params;                                                                      \
+    ret __wrap_##name params;
 
 REAL(cl_mem, clCreateBuffer, (cl_context, cl_mem_flags, size_t, void *, cl_int *))
 REAL(cl_int, clReleaseMemObject, (cl_mem))
-REAL(cl_int, clEnqueueWriteBuffer, (cl_command_queue, cl_mem, cl_bool, size_t, size_t,
-                                    const void *, cl_uint, const cl_event *, cl_event *))
-REAL(cl_int, clEnqueueReadBuffer, (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *,
-                                   cl_uint, const cl_event *, cl_event *))
-REAL(cl_int, clEnqueueCopyBuffer, (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t,
-                                   cl_uint, const cl_event *, cl_event *))
-REAL(cl_int, clEnqueueFillBuffer, (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t,
-                                   cl_uint, const cl_event *, cl_event *))
-REAL(cl_int, clEnqueueNDRangeKernel, (cl_command_queue, cl_kernel, cl_uint, const size_t *,
-                                      const size_t *, const size_t *, cl_uint, const cl_event *,
-                                      cl_event *))
+REAL(cl_int, clEnqueueWriteBuffer,
+     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, const void *, cl_uint, const cl_event *,
+      cl_event *))
+REAL(cl_int, clEnqueueReadBuffer,
+     (cl_command_queue, cl_mem, cl_bool, size_t, size_t, void *, cl_uint, const cl_event *,
+      cl_event *))
+REAL(cl_int, clEnqueueCopyBuffer,
+     (cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint, const cl_event *,
+      cl_event *))
+REAL(cl_int, clEnqueueFillBuffer,
+     (cl_command_queue, cl_mem, const void *, size_t, size_t, size_t, cl_uint, const cl_event *,
+      cl_event *))
+REAL(cl_int, clEnqueueNDRangeKernel,
+     (cl_command_queue, cl_kernel, cl_uint, const size_t *, const size_t *, const size_t *, cl_uint,
+      const cl_event *, cl_event *))
 REAL(cl_int, clFinish, (cl_command_queue))
-REAL(cl_int, clBuildProgram, (cl_program, cl_uint, const cl_device_id *, const char *,
-                              void(CL_CALLBACK *)(cl_program, void *), void *))
-REAL(cl_program, clCreateProgramWithSource, (cl_context, cl_uint, const char **, const size_t *,
-                                             cl_int *))
-REAL(cl_program, clCreateProgramWithBinary, (cl_context, cl_uint, const cl_device_id *,
-                                             const size_t *, const unsigned char **, cl_int *,
-                                             cl_int *))
+REAL(cl_int, clBuildProgram,
+     (cl_program, cl_uint, const cl_device_id *, const char *,
+      void(CL_CALLBACK *)(cl_program, void *), void *))
+REAL(cl_program, clCreateProgramWithSource,
+     (cl_context, cl_uint, const char **, const size_t *, cl_int *))
+REAL(cl_program, clCreateProgramWithBinary,
+     (cl_context, cl_uint, const cl_device_id *, const size_t *, const unsigned char **, cl_int *,
+      cl_int *))
 REAL(cl_int, clReleaseProgram, (cl_program))
 REAL(cl_kernel, clCreateKernel, (cl_program, const char *, cl_int *))
 REAL(cl_int, clReleaseKernel, (cl_kernel))
 REAL(cl_int, clSetKernelArg, (cl_kernel, cl_uint, size_t, const void *))
-REAL(cl_context, clCreateContext, (const cl_context_properties *, cl_uint, const cl_device_id *,
-                                   void(CL_CALLBACK *)(const char *, const void *, size_t, void *),
-                                   void *, cl_int *))
-REAL(cl_command_queue, clCreateCommandQueueWithProperties, (cl_context, cl_device_id,
-                                                            const cl_queue_properties *, cl_int *))
+REAL(cl_context, clCreateContext,
+     (const cl_context_properties *, cl_uint, const cl_device_id *,
+      void(CL_CALLBACK *)(const char *, const void *, size_t, void *), void *, cl_int *))
+REAL(cl_command_queue, clCreateCommandQueueWithProperties,
+     (cl_context, cl_device_id, const cl_queue_properties *, cl_int *))
 
 cl_mem __wrap_clCreateBuffer(cl_context c, cl_mem_flags f, size_t n, void *h, cl_int *err) {
     if (fault("clCreateBuffer")) {
@@ -138,8 +146,9 @@ cl_int __wrap_clEnqueueCopyBuffer(cl_command_queue q, cl_mem a, cl_mem b, size_t
     return __real_clEnqueueCopyBuffer(q, a, b, ao, bo, n, ne, ev, e);
 }
 
-cl_int __wrap_clEnqueueFillBuffer(cl_command_queue q, cl_mem m, const void *p, size_t ps, size_t off,
-                                  size_t n, cl_uint ne, const cl_event *ev, cl_event *e) {
+cl_int __wrap_clEnqueueFillBuffer(cl_command_queue q, cl_mem m, const void *p, size_t ps,
+                                  size_t off, size_t n, cl_uint ne, const cl_event *ev,
+                                  cl_event *e) {
     if (fault("clEnqueueFillBuffer"))
         return CL_OUT_OF_RESOURCES;
     return __real_clEnqueueFillBuffer(q, m, p, ps, off, n, ne, ev, e);
@@ -286,7 +295,8 @@ static ember_status f32(env *e, int slot, ember_device dev, int rank, const int6
     return ember_tensor_from_data(e->ctx, dev, EMBER_F32, rank, shape, v, &e->in[slot]);
 }
 
-static ember_status quant(env *e, int slot, int rank, const int64_t *shape, const ember_qscheme *s) {
+static ember_status quant(env *e, int slot, int rank, const int64_t *shape,
+                          const ember_qscheme *s) {
     EMBER_TRY(f32(e, slot, CL0, rank, shape));
     ember_tensor *t = e->in[slot];
     e->in[slot] = NULL;
@@ -480,9 +490,12 @@ static ember_status a23_b3(env *e) {
 static ember_qscheme scheme_of(int k) {
     static const int64_t b4[] = {4};
     switch (k) {
-    case 0: return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    case 1: return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    case 2: return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
+    case 0:
+        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    case 1:
+        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    case 2:
+        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
     default: {
         ember_qscheme s = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, b4);
         s.tensor_level = 1;
@@ -615,8 +628,10 @@ static void test_corrupt_cache_file(void) {
             /* 1: garbage; 2: cut in half; 3: 8 bytes of the binary overwritten */
             static const char *const how[] = {
                 "", "for f in %s/*.clbin; do printf 'not a binary' > \"$f\"; done",
-                "for f in %s/*.clbin; do n=$(stat -c %%s \"$f\"); truncate -s $((n / 2)) \"$f\"; done",
-                "for f in %s/*.clbin; do printf 'ZQZQZQZQ' | dd of=\"$f\" bs=1 seek=100 conv=notrunc "
+                "for f in %s/*.clbin; do n=$(stat -c %%s \"$f\"); truncate -s $((n / 2)) \"$f\"; "
+                "done",
+                "for f in %s/*.clbin; do printf 'ZQZQZQZQ' | dd of=\"$f\" bs=1 seek=100 "
+                "conv=notrunc "
                 "status=none; done"};
             snprintf(cmd, sizeof cmd, how[round], dir);
             CU_ASSERT_EQUAL(system(cmd), 0);

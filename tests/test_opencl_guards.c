@@ -1,5 +1,5 @@
-/* tests/test_opencl_guards.c: the dispatcher's cross-backend guards on a real OpenCL device (PoCL in
- * CI, any GPU elsewhere). test_panics.c runs the same guards against a mock backend; this file
+/* tests/test_opencl_guards.c: the dispatcher's cross-backend guards on a real OpenCL device (PoCL
+ * in CI, any GPU elsewhere). test_panics.c runs the same guards against a mock backend; this file
  * checks that they hold with the real OpenCL backend, and that plain moves round-trip exactly.
  * Exits 77 (skipped) when the context finds no OpenCL device. */
 #include <math.h>
@@ -58,8 +58,9 @@ static void test_q_matmul_different_backends(void) {
         snap_check(R[i], &sb);
     }
     ember_tensor *out = OUT_SENTINEL;
-    EXPECT_REFUSED(ember_matmul(fc, fl, &out), EMBER_ERR_BACKEND_MISMATCH,
-                   "The provided tensors are not on the same backend. Got backends cpu and opencl.");
+    EXPECT_REFUSED(
+        ember_matmul(fc, fl, &out), EMBER_ERR_BACKEND_MISMATCH,
+        "The provided tensors are not on the same backend. Got backends cpu and opencl.");
     CU_ASSERT_PTR_NULL(out);
     ember_tensor *all[4] = {fc, fl, qc, ql};
     for (int i = 0; i < 4; i++)

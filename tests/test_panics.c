@@ -35,8 +35,10 @@ static void test_q_matmul_different_backends(void) {
     ember_context *ctx = mock_context();
     ember_qscheme s = q8s();
     ember_tensor *fa = mk_f32(ctx, TU_CPU, 2, S23, &rng), *fb = mk_f32(ctx, MOCK0, 2, S32, &rng);
-    ember_tensor *qa = mk_q(ctx, TU_CPU, &s, 2, S23, &rng), *qb = mk_q(ctx, MOCK0, &s, 2, S32, &rng);
-    ember_tensor *fa2 = mk_f32(ctx, MOCK0, 2, S23, &rng), *qb2 = mk_q(ctx, TU_CPU, &s, 2, S32, &rng);
+    ember_tensor *qa = mk_q(ctx, TU_CPU, &s, 2, S23, &rng),
+                 *qb = mk_q(ctx, MOCK0, &s, 2, S32, &rng);
+    ember_tensor *fa2 = mk_f32(ctx, MOCK0, 2, S23, &rng),
+                 *qb2 = mk_q(ctx, TU_CPU, &s, 2, S32, &rng);
     const ember_tensor *lhs[] = {fa, qa, qa, fa2}, *rhs[] = {qb, fb, qb, qb2};
     for (int i = 0; i < 4; i++) {
         snap sa, sb;
@@ -65,9 +67,9 @@ static void test_q_matmul_different_backends(void) {
 /* burn-router interpreter.rs:124 (and :98 for QFloat, and the q_to_device stub of §2.3). */
 static void test_quant_transfer(void) {
     ember_context *ctx = mock_context();
-    ember_qscheme schemes[3] = {q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
-                                ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1,
-                                                        (const int64_t[]){2})};
+    ember_qscheme schemes[3] = {
+        q8s(), ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32),
+        ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 1, (const int64_t[]){2})};
     for (int k = 0; k < 3; k++) {
         ember_tensor *q = mk_q(ctx, TU_CPU, &schemes[k], 2, S44, &rng);
         if (!q)
@@ -257,7 +259,8 @@ static void test_sub_byte_native(void) {
 static void test_foreign_dequantize(void) {
     ember_context *ctx = mock_context();
     ember_qscheme s = q8s();
-    ember_tensor *qc = mk_q(ctx, TU_CPU, &s, 2, S23, &rng), *qm = mk_q(ctx, MOCK0, &s, 2, S23, &rng);
+    ember_tensor *qc = mk_q(ctx, TU_CPU, &s, 2, S23, &rng),
+                 *qm = mk_q(ctx, MOCK0, &s, 2, S23, &rng);
     const ember_tensor *qs[3] = {qc, qc, qm};
     const ember_device devs[3] = {MOCK0, MOCK1, TU_CPU};
     for (int i = 0; i < 3; i++) {
@@ -292,7 +295,8 @@ static void test_binary_backend_mismatch(void) {
     snap_take(a, &sa);
     snap_take(b, &sb);
     snap_take(c, &sc);
-    const char *text = "The provided tensors are not on the same backend. Got backends cpu and opencl.";
+    const char *text =
+        "The provided tensors are not on the same backend. Got backends cpu and opencl.";
     ember_tensor *out = OUT_SENTINEL;
     EXPECT_REFUSED(ember_add(a, b, &out), EMBER_ERR_BACKEND_MISMATCH, text);
     CU_ASSERT_PTR_NULL(out);
@@ -378,9 +382,9 @@ static void test_checkpoint_mismatch(void) {
     CU_ASSERT_PTR_NULL(out);
     /* the internal helper every op uses */
     ember_autodiff r = EMBER_AUTODIFF_COUNT;
-    EXPECT_REFUSED(ember__autodiff_merge("op", EMBER_AUTODIFF_NO_CHECKPOINTING,
-                                         EMBER_AUTODIFF_BALANCED, &r),
-                   EMBER_ERR_CHECKPOINT_MISMATCH, ba);
+    EXPECT_REFUSED(
+        ember__autodiff_merge("op", EMBER_AUTODIFF_NO_CHECKPOINTING, EMBER_AUTODIFF_BALANCED, &r),
+        EMBER_ERR_CHECKPOINT_MISMATCH, ba);
     CU_ASSERT_EQUAL(r, EMBER_AUTODIFF_COUNT);
     snap_check(a, &sa);
     snap_check(b, &sb);
@@ -391,7 +395,8 @@ static void test_checkpoint_mismatch(void) {
     ember_context_destroy(ctx);
 }
 
-/* burn-dispatch macros.rs:398: unimplemented!("Autodiff tensor cannot be moved between backends.") */
+/* burn-dispatch macros.rs:398: unimplemented!("Autodiff tensor cannot be moved between backends.")
+ */
 static void test_autodiff_transfer(void) {
     ember_context *ctx = mock_context();
     const ember_autodiff ads[2] = {EMBER_AUTODIFF_BALANCED, EMBER_AUTODIFF_NO_CHECKPOINTING};
@@ -472,8 +477,8 @@ static void test_unknown_device(void) {
     ember_tensor *t = mk_f32(ctx, TU_CPU, 2, S23, &rng);
     snap s;
     snap_take(t, &s);
-    const ember_device bad[3] = {{EMBER_BACKEND_CPU, 1}, {EMBER_BACKEND_OPENCL, 0},
-                                 {EMBER_BACKEND_CPU, -1}};
+    const ember_device bad[3] = {
+        {EMBER_BACKEND_CPU, 1}, {EMBER_BACKEND_OPENCL, 0}, {EMBER_BACKEND_CPU, -1}};
     const char *texts[3] = {"no device cpu:1", "the opencl backend is not available",
                             "no device cpu:-1"};
     for (int i = 0; i < 3; i++) {

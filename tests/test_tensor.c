@@ -111,9 +111,11 @@ static void test_dtype_table(void) {
         size_t size;
         int is_float, is_quantized;
     } want[] = {
-        {EMBER_F32, "F32", 4, 1, 0},  {EMBER_F16, "F16", 2, 1, 0},  {EMBER_BF16, "BF16", 2, 1, 0},
-        {EMBER_I64, "I64", 8, 0, 0},  {EMBER_I32, "I32", 4, 0, 0},  {EMBER_I8, "I8", 1, 0, 0},
-        {EMBER_U8, "U8", 1, 0, 0},    {EMBER_BOOL, "Bool", 1, 0, 0}, {EMBER_QFLOAT, "QFloat", 0, 0, 1},
+        {EMBER_F32, "F32", 4, 1, 0},       {EMBER_F16, "F16", 2, 1, 0},
+        {EMBER_BF16, "BF16", 2, 1, 0},     {EMBER_I64, "I64", 8, 0, 0},
+        {EMBER_I32, "I32", 4, 0, 0},       {EMBER_I8, "I8", 1, 0, 0},
+        {EMBER_U8, "U8", 1, 0, 0},         {EMBER_BOOL, "Bool", 1, 0, 0},
+        {EMBER_QFLOAT, "QFloat", 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const ember_dtype_traits *t = ember_dtype_get_traits(want[i].dt);
@@ -141,15 +143,15 @@ static void test_half_vectors(void) {
     /* exact values, halfway cases (ties go to the even neighbour), overflow, subnormals */
     CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f), 0x3c00);
     CU_ASSERT_EQUAL(ember__f32_to_f16(-2.0f), 0xc000);
-    CU_ASSERT_EQUAL(ember__f32_to_f16(65504.0f), 0x7bff);            /* largest finite */
-    CU_ASSERT_EQUAL(ember__f32_to_f16(65520.0f), 0x7c00);            /* halfway to 2^16: Inf */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(65504.0f), 0x7bff); /* largest finite */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(65520.0f), 0x7c00); /* halfway to 2^16: Inf */
     CU_ASSERT_EQUAL(ember__f32_to_f16(65519.0f), 0x7bff);
-    CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f + 0x1p-11f), 0x3c00);    /* tie, even is 1.0 */
-    CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f + 0x3p-11f), 0x3c02);    /* tie, even is up */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie, even is 1.0 */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie, even is up */
     CU_ASSERT_EQUAL(ember__f32_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
-    CU_ASSERT_EQUAL(ember__f32_to_f16(0x1p-24f), 0x0001);           /* smallest subnormal */
-    CU_ASSERT_EQUAL(ember__f32_to_f16(0x1p-25f), 0x0000);           /* tie to even: 0 */
-    CU_ASSERT_EQUAL(ember__f32_to_f16(0x3p-25f), 0x0002);           /* tie to even: 2 */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(0x1p-24f), 0x0001); /* smallest subnormal */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(0x1p-25f), 0x0000); /* tie to even: 0 */
+    CU_ASSERT_EQUAL(ember__f32_to_f16(0x3p-25f), 0x0002); /* tie to even: 2 */
     CU_ASSERT_EQUAL(ember__f32_to_f16(-0.0f), 0x8000);
     CU_ASSERT_EQUAL(ember__f32_to_f16(INFINITY), 0x7c00);
     CU_ASSERT_EQUAL(ember__f32_to_f16(-INFINITY), 0xfc00);
@@ -416,8 +418,7 @@ static void test_read_errors(void) {
                      EMBER_ERR_MISUSE, "foreign pointer");
     ember_tensor dead = *t;
     dead.magic = EMBER__DEAD_MAGIC;
-    TU_ASSERT_STATUS(ember_tensor_read(&dead, dst, sizeof dst), EMBER_ERR_MISUSE,
-                     "already freed");
+    TU_ASSERT_STATUS(ember_tensor_read(&dead, dst, sizeof dst), EMBER_ERR_MISUSE, "already freed");
     for (int i = 0; i < 6; i++)
         CU_ASSERT_EQUAL(dst[i], -99.0f);
     /* the tensor is intact after all that */

@@ -126,7 +126,7 @@ typedef struct worker {
 #define BAD(w, ...)                                                                                \
     do {                                                                                           \
         if (!(w)->bad++)                                                                           \
-            snprintf((w)->why, sizeof (w)->why, __VA_ARGS__);                                     \
+            snprintf((w)->why, sizeof(w)->why, __VA_ARGS__);                                       \
     } while (0)
 
 static void *run(void *arg) {
@@ -186,8 +186,8 @@ static void *run(void *arg) {
         }
         case 5: { /* a guard failure: the detail is this thread's own */
             ember_tensor *bad = NULL;
-            ember_status st = ember_tensor_from_data(ctx, devs[d], EMBER_F32, w->id + 100, NULL,
-                                                     NULL, &bad);
+            ember_status st =
+                ember_tensor_from_data(ctx, devs[d], EMBER_F32, w->id + 100, NULL, NULL, &bad);
             if (st != EMBER_ERR_INVALID_ARGUMENT || bad)
                 BAD(w, "rank guard: %s", ember_status_name(st));
             char expect[32];

@@ -13,11 +13,11 @@
 #define EMBER__BUFCACHE_SLOTS 32
 typedef struct ember__bufcache {
     pthread_mutex_t lock;
-    int ready;    /* the lock exists */
-    int n;        /* entries, oldest first */
-    size_t cap;   /* bytes held at most; 0: the cache is off */
-    size_t held;  /* bytes held now */
-    long hits;    /* allocations served from the cache (tests read it) */
+    int ready;   /* the lock exists */
+    int n;       /* entries, oldest first */
+    size_t cap;  /* bytes held at most; 0: the cache is off */
+    size_t held; /* bytes held now */
+    long hits;   /* allocations served from the cache (tests read it) */
     struct {
         void *p;
         size_t bytes; /* malloc_usable_size(p) */
@@ -35,16 +35,16 @@ size_t ember__bufcache_default_cap(void);
 
 typedef struct ember__cpu_state {
     ember_context *ctx;
-    int num_threads;        /* threads for ember's own kernels */
-    char max_isa[32];       /* the cap asked for ("" = none) */
-    char int8_path[48];     /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
-    void *kernels;          /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
-    ember__bufcache cache;  /* freed tensor buffers kept for reuse */
+    int num_threads;       /* threads for ember's own kernels */
+    char max_isa[32];      /* the cap asked for ("" = none) */
+    char int8_path[48];    /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
+    void *kernels;         /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
+    ember__bufcache cache; /* freed tensor buffers kept for reuse */
 } ember__cpu_state;
 
 /* Run fn(arg, task, thread) for task in [0, n_tasks) on the context's CPU threads (thread in
- * [0, num_threads)); returns when all are done. Tasks are handed out dynamically. The calling thread
- * takes part. With n_tasks <= 1 or one thread, runs inline. (backends/cpu/threadpool.c) */
+ * [0, num_threads)); returns when all are done. Tasks are handed out dynamically. The calling
+ * thread takes part. With n_tasks <= 1 or one thread, runs inline. (backends/cpu/threadpool.c) */
 typedef void (*ember__task_fn)(void *arg, int64_t task, int thread);
 void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_fn fn, void *arg);
 /* The CPU state of a context (its CPU backend is always present). */

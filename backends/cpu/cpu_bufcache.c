@@ -1,15 +1,17 @@
 /* backends/cpu/cpu_bufcache.c: the CPU backend's cache of freed tensor buffers.
  *
- * Every op allocates its output. A fresh multi-megabyte buffer costs a page fault per 4 KiB page (or
- * per 2 MiB huge page) on its first write, plus the kernel's zeroing of each page: measured here on
- * ember_q_matmul at 2048^3 (16 MiB f32 output), 7-19 ms per call with ~800 faults against 4.1-4.7 ms
- * once no call faulted. So freed buffers of at least EMBER__BUFCACHE_MIN bytes are kept, up to a cap,
- * and handed to the next allocation that fits (a buffer at most 1/8 larger than asked). Nothing about
- * a tensor's semantics changes: buffer contents are never promised (ops write their whole output).
+ * Every op allocates its output. A fresh multi-megabyte buffer costs a page fault per 4 KiB page
+ * (or per 2 MiB huge page) on its first write, plus the kernel's zeroing of each page: measured
+ * here on ember_q_matmul at 2048^3 (16 MiB f32 output), 7-19 ms per call with ~800 faults
+ * against 4.1-4.7 ms once no call faulted. So freed buffers of at least EMBER__BUFCACHE_MIN bytes
+ * are kept, up to a cap, and handed to the next allocation that fits (a buffer at most 1/8 larger
+ * than asked). Nothing about a tensor's semantics changes: buffer contents are never promised (ops
+ * write their whole output).
  *
- * Cap: EMBER_CPU_BUFFER_CACHE_MIB (read at context creation; 0 disables), default 512 MiB but at most
- * 1/8 of physical memory. ember_context_trim() gives everything cached back; the context's end too.
- * Under AddressSanitizer a cached buffer is poisoned, so a use after ember_tensor_free still reports. */
+ * Cap: EMBER_CPU_BUFFER_CACHE_MIB (read at context creation; 0 disables), default 512 MiB but at
+ * most 1/8 of physical memory. ember_context_trim() gives everything cached back; the context's end
+ * too. Under AddressSanitizer a cached buffer is poisoned, so a use after ember_tensor_free still
+ * reports. */
 #include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -44,7 +46,8 @@ ember_status ember__bufcache_init(ember__bufcache *c, size_t cap_bytes) {
     return EMBER_OK;
 }
 
-/* Take entry i out (lock held), keeping the others oldest first; returns its (unpoisoned) buffer. */
+/* Take entry i out (lock held), keeping the others oldest first; returns its (unpoisoned) buffer.
+ */
 static void *take(ember__bufcache *c, int i) {
     void *p = c->e[i].p;
     UNPOISON(p, c->e[i].bytes);

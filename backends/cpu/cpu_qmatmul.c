@@ -21,12 +21,12 @@
  * Weight pre-packing: the first (Q,Q) or (F,Q) call packs each matrix of B into the kernel layout
  * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Exception: a
  * first call with few rows (m <= 128, 8-bit Native B, one K chunk) multiplies B as it is stored
- * (ember__qgemm_direct, ember__qgemm_raw) and only marks the tensor; the second use packs it. A call that fails
- * leaves the cache as it was. Memory cost per
- * [k, n] matrix: roundup(k, 64) * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2,
- * which are kept as nibbles), plus 4 bytes (2 when every effective scale is an f16) per column
- * per K chunk for the scales: about 1x the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale
- * chunking differs from the cached one packs into a temporary instead. */
+ * (ember__qgemm_direct, ember__qgemm_raw) and only marks the tensor; the second use packs it. A
+ * call that fails leaves the cache as it was. Memory cost per [k, n] matrix: roundup(k, 64) *
+ * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2, which are kept as nibbles), plus
+ * 4 bytes (2 when every effective scale is an f16) per column per K chunk for the scales: about 1x
+ * the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale chunking differs from the cached one
+ * packs into a temporary instead. */
 #include <math.h>
 #include <string.h>
 
@@ -51,7 +51,12 @@ static void qcache_release(void *state, void *data) {
 
 static int int_value(const ember_qscheme *s) {
     switch (s->value) {
-    case EMBER_Q8F: case EMBER_Q8S: case EMBER_Q4F: case EMBER_Q4S: case EMBER_Q2F: case EMBER_Q2S:
+    case EMBER_Q8F:
+    case EMBER_Q8S:
+    case EMBER_Q4F:
+    case EMBER_Q4S:
+    case EMBER_Q2F:
+    case EMBER_Q2S:
         break;
     default:
         return 0;
@@ -88,7 +93,7 @@ typedef struct qsrc {
     const uint8_t *base; /* the values */
     int64_t last;        /* the last axis length */
     size_t row_bytes;
-    int64_t row0;        /* first row of this matrix */
+    int64_t row0; /* first row of this matrix */
 } qsrc;
 
 static void qsrc_init(qsrc *q, const ember_tensor *t, int64_t elem_off) {
@@ -238,8 +243,8 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
 
 /* A first call with few rows (m <= 128) on an 8-bit Native B with one K chunk runs on B as it is
  * stored (AMX packing each slice of B into scratch as it goes; one row, or no AMX and m <= 16: the
- * unpacked AVX-512 kernel): packing all of B into a fresh buffer would cost more than the product. The tensor is
- * marked, and its next use packs it (a weight used once is never packed). */
+ * unpacked AVX-512 kernel): packing all of B into a fresh buffer would cost more than the product.
+ * The tensor is marked, and its next use packs it (a weight used once is never packed). */
 static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
     if (m > 128 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
         return 0;

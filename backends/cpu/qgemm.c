@@ -20,11 +20,16 @@
 
 const char *ember__qtier_name(ember__qtier t) {
     switch (t) {
-    case EMBER__QT_SCALAR: return "scalar";
-    case EMBER__QT_AVX2: return "avx2";
-    case EMBER__QT_AVX512: return "avx512_vnni";
-    case EMBER__QT_AMX: return "amx";
-    default: return "unknown";
+    case EMBER__QT_SCALAR:
+        return "scalar";
+    case EMBER__QT_AVX2:
+        return "avx2";
+    case EMBER__QT_AVX512:
+        return "avx512_vnni";
+    case EMBER__QT_AMX:
+        return "amx";
+    default:
+        return "unknown";
     }
 }
 
@@ -68,10 +73,14 @@ static int qtier_probe(ember__qtier t) {
                  ((c >> 11) & 1) && (xcr0 & 0xe0) == 0xe0;
     int amx = ((d >> 24) & 1) && ((d >> 25) & 1);
     switch (t) {
-    case EMBER__QT_AVX2: return avx2;
-    case EMBER__QT_AVX512: return avx2 && avx512;
-    case EMBER__QT_AMX: return avx2 && avx512 && amx && amx_permission();
-    default: return 0;
+    case EMBER__QT_AVX2:
+        return avx2;
+    case EMBER__QT_AVX512:
+        return avx2 && avx512;
+    case EMBER__QT_AMX:
+        return avx2 && avx512 && amx && amx_permission();
+    default:
+        return 0;
     }
 #else
     return 0;
@@ -182,7 +191,7 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
     pack_b_arg *a = varg;
     ember__qpack *p = a->p;
     const int64_t j0 = task * PACK_NB;
-    const int64_t jn = p->np - j0 < PACK_NB ? p->np - j0 : PACK_NB; /* multiple of 32 */
+    const int64_t jn = p->np - j0 < PACK_NB ? p->np - j0 : PACK_NB;           /* multiple of 32 */
     const int64_t nv = p->n - j0 < jn ? (p->n - j0 > 0 ? p->n - j0 : 0) : jn; /* real columns */
     /* 8 rows of PACK_NB values (zero padded) */
     int8_t rows[8][PACK_NB] __attribute__((aligned(64)));
@@ -487,10 +496,14 @@ static void run_task(void *varg, int64_t task, int thread) {
 
 static ember__qblock_fn block_fn(ember__qtier t) {
     switch (t) {
-    case EMBER__QT_AMX: return ember__qblock_amx;
-    case EMBER__QT_AVX512: return ember__qblock_avx512;
-    case EMBER__QT_AVX2: return ember__qblock_avx2;
-    default: return ember__qblock_scalar;
+    case EMBER__QT_AMX:
+        return ember__qblock_amx;
+    case EMBER__QT_AVX512:
+        return ember__qblock_avx512;
+    case EMBER__QT_AVX2:
+        return ember__qblock_avx2;
+    default:
+        return ember__qblock_scalar;
     }
 }
 
@@ -499,8 +512,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                               int32_t *C32, int64_t ldc, const int8_t *braw, int64_t ldb) {
     if (m <= 0 || p->n <= 0)
         return EMBER_OK;
-    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || !C ||
-                 p->nch != 1))
+    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || !C || p->nch != 1))
         return EMBER_ERR_QUANT_UNSUPPORTED; /* raw B: the AMX slice packer only */
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
@@ -525,12 +537,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const int amx = t == EMBER__QT_AMX;
     const size_t abytes = round_up64((size_t)mp * (size_t)p->kp);
     const size_t rsn = (size_t)mp * (size_t)p->nch;
-    const size_t rbytes = round_up64(rsn * sizeof(int32_t)), sbytes = round_up64(rsn * sizeof(float));
+    const size_t rbytes = round_up64(rsn * sizeof(int32_t)),
+                 sbytes = round_up64(rsn * sizeof(float));
     /* AMX per thread: the int32 sums of a task, then 4-bit: two unpacked panels (2 x 32 x kp);
      * raw B: one K slice of a task's 256 columns (256 x 512) */
-    const size_t per = amx ? EMBER__AMX_ACC_BYTES +
-                                 (p->bits == 4 ? (size_t)64 * (size_t)p->kp
-                                               : (braw ? (size_t)256 * 512 : 0))
+    const size_t per = amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp
+                                                                  : (braw ? (size_t)256 * 512 : 0))
                            : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
@@ -549,8 +561,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         scratch[q] = mem + abytes + rbytes + sbytes + per * (size_t)q;
     for (size_t i = 0; i < rsn; i++)
         sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
-    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx,
-                     t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    pack_a_arg pa = {p,  A,   lda,
+                     m,  mp,  ap,
+                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
     ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb, 0, 0};
@@ -630,9 +643,9 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
     return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc, NULL, 0);
 }
 
-ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
-                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
-                              int64_t ldb, const float *sb, float *C, int64_t ldc) {
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, const int8_t *A,
+                              int64_t lda, const float *sa, const int8_t *B, int64_t ldb,
+                              const float *sb, float *C, int64_t ldc) {
     if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m < 2)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (n <= 0)
@@ -674,8 +687,7 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc) {
-    if (!ember__qtier_available(EMBER__QT_AVX512) ||
-        (s && ember__cpu_tier(s) < EMBER__QT_AVX512))
+    if (!ember__qtier_available(EMBER__QT_AVX512) || (s && ember__cpu_tier(s) < EMBER__QT_AVX512))
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (m <= 0 || n <= 0)
         return EMBER_OK;

@@ -6,8 +6,9 @@
  *     C[m, n] = sum over K chunks c of  sa[i, c] * sb[c, j] * (A_c[i, :] . B_c[:, j])
  *
  * A is int8 (row-major, any lda); B is a pre-packed operand (ember__qpack). The dot products are
- * exact int32 sums (for chunks shorter than 2^17 values; the q_matmul entry declines longer); a "chunk" is the K extent over which both operands' scales are constant (the
- * whole K for per-tensor / per-row / per-column scales, the K block for per-block scales).
+ * exact int32 sums (for chunks shorter than 2^17 values; the q_matmul entry declines longer); a
+ * "chunk" is the K extent over which both operands' scales are constant (the whole K for per-tensor
+ * / per-row / per-column scales, the K block for per-block scales).
  *
  * Packed B layout (shared by every tier, so one cache serves them all). K is padded with zeros to
  * kp (a multiple of 64), N to np (a multiple of 32). Values are stored unsigned with a bias
@@ -101,16 +102,15 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
  * recorded, nothing written) when no tier can (AVX-512 BW is needed): pack instead. */
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
-                                 int64_t ldb, const float *sb, float *C, int32_t *C32,
-                                 int64_t ldc);
+                                 int64_t ldb, const float *sb, float *C, int32_t *C32, int64_t ldc);
 
 /* A first call with 2..128 rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
  * int8 B row-major [k, n] (ldb) packed slice by slice into per-thread scratch as the tiles use it,
  * nothing kept. sa [m], sb [n] (NULL: 1). EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) where the
  * context's tier is not AMX or m < 2: use ember__qgemm_direct or pack instead. */
-ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
-                              const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
-                              int64_t ldb, const float *sb, float *C, int64_t ldc);
+ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, const int8_t *A,
+                              int64_t lda, const float *sa, const int8_t *B, int64_t ldb,
+                              const float *sb, float *C, int64_t ldc);
 
 /* ---- between qgemm.c and the tier files ---- */
 typedef struct ember__qdirect {
@@ -126,24 +126,24 @@ typedef struct ember__qdirect {
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1);
 
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
- * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride kp.
- * rs[i * nch + c]: sum of row i's values in chunk c (int32). */
+ * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride
+ * kp. rs[i * nch + c]: sum of row i's values in chunk c (int32). */
 typedef struct ember__qjob {
     const ember__qpack *p;
     const int8_t *a;
     const int32_t *rs;
     const float *sa; /* [mp][nch], padded rows 0 */
     int64_t m, mp;
-    float *c; /* float out, or NULL when c32 is used */
+    float *c;     /* float out, or NULL when c32 is used */
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
-    uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
-                          for 4-bit or raw B), 64-byte aligned */
+    uint8_t **scratch;  /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
+                           for 4-bit or raw B), 64-byte aligned */
     const int8_t *braw; /* AMX first calls: int8 B row-major (ldb), packed slice by slice into
                            the scratch instead of read from p->b (NULL otherwise) */
     int64_t ldb;
-    int sa_row; /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
-                   sa[i * nch]): a kernel may apply it once per row after the chunk sums */
+    int sa_row;   /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
+                     sa[i * nch]): a kernel may apply it once per row after the chunk sums */
     int nt_store; /* C is large: full aligned rows of 64 bytes may be written with streaming
                      stores (the kernel fences before it returns) */
 } ember__qjob;
@@ -158,11 +158,11 @@ typedef void (*ember__qblock_fn)(const ember__qjob *j, int64_t i0, int64_t i1, i
 void ember__qblock_scalar(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread);
 void ember__qblock_avx2(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                          int thread);
+                        int thread);
 void ember__qblock_avx512(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread);
 void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                          int thread);
+                       int thread);
 /* AMX for 2 <= m <= 16 rows, 8-bit B, one chunk, f32 scales (qgemm_amx.c). */
 void ember__qblock_amx_thin(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             int thread);

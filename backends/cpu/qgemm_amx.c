@@ -64,8 +64,9 @@ static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) 
             __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
             _mm512_store_si512(dst + 2 * r * 128 + h * 64,
                                _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
-            _mm512_store_si512(dst + (2 * r + 1) * 128 + h * 64,
-                               _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
+            _mm512_store_si512(
+                dst + (2 * r + 1) * 128 + h * 64,
+                _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
         }
 }
 
@@ -114,9 +115,8 @@ static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, co
  * 2048^3 2579 -> 3477 GOPS, 4096^3 3283 -> 3764, 512 x 4096^2 3231 -> 3669; back to back
  * without the buffer 1024^3 2021 -> 2632, 128 x 4096^2 3217 -> 4086. The caller of
  * ember__cpu_parallel_for sees the rows after the kernel's _mm_sfence. */
-static inline __attribute__((always_inline)) void store_row(const ember__qjob *jb, float *o,
-                                                            __m512 x0, __m512 x1, __mmask16 k0m,
-                                                            __mmask16 k1m) {
+static inline __attribute__((always_inline)) void
+store_row(const ember__qjob *jb, float *o, __m512 x0, __m512 x1, __mmask16 k0m, __mmask16 k1m) {
     if (jb->nt_store && (k0m & k1m) == 0xffff && ((uintptr_t)o & 63) == 0) {
         _mm512_stream_ps(o, x0);
         _mm512_stream_ps(o + 16, x1);
@@ -127,16 +127,16 @@ static inline __attribute__((always_inline)) void store_row(const ember__qjob *j
 }
 
 /* Scale rows [r0, r1) of a finished 32 x 32 int32 block (one chunk) into the float output. */
-static inline __attribute__((always_inline)) void epi_rows(const ember__qjob *jb, const int32_t *buf,
-                                                           int64_t i, int64_t j, int64_t r0,
-                                                           int64_t r1, __m512 s0, __m512 s1,
-                                                           __mmask16 k0m, __mmask16 k1m) {
+static inline __attribute__((always_inline)) void
+epi_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j, int64_t r0, int64_t r1,
+         __m512 s0, __m512 s1, __mmask16 k0m, __mmask16 k1m) {
     const int bias = jb->p->bias;
     for (int64_t r = r0; r < r1; r++) {
         __m512i corr = _mm512_set1_epi32(bias * jb->rs[i + r]);
         __m512 sar = _mm512_set1_ps(jb->sa[i + r]);
         __m512 x0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-        __m512 x1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+        __m512 x1 =
+            _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
         store_row(jb, jb->c + (i + r) * jb->ldc + j, _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0)),
                   _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1)), k0m, k1m);
     }
@@ -232,7 +232,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 else if (!last)
                     nx = (const char *)(p->b + (j0 / 32) * (kp / 4) * 128 + kend * 32);
             }
-            const int64_t nxbytes = nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSL < kp ? KSL : kp - kend)) * 32 : 0;
+            const int64_t nxbytes =
+                nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSL < kp ? KSL : kp - kend)) * 32 : 0;
             const int64_t slice = nxbytes / nip, per_step = slice / steps;
             const int64_t nv = p->n - j;
             const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
@@ -296,8 +297,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
 }
 
 /* The 32 column scales of B for K chunk c, columns [j, j + 32), as f32 (stored F16 or F32). */
-static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0,
-                              __m512 *s1) {
+static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0, __m512 *s1) {
     if (p->sb16) {
         const uint16_t *sb = (const uint16_t *)p->sb + ember__qpack_sidx(p, c, j);
         *s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
@@ -311,11 +311,9 @@ static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m51
 
 /* Scale one chunk's 32 x 32 int32 sums into the float block: first chunk (mode 0) stores
  * x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes rows of C. */
-static inline __attribute__((always_inline)) void epi_chunk(const ember__qjob *jb,
-                                                            const int32_t *buf, float *facc,
-                                                            int64_t i, int64_t j, int64_t c,
-                                                            int64_t rows, int mode, int sgn,
-                                                            __mmask16 k0m, __mmask16 k1m) {
+static inline __attribute__((always_inline)) void
+epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int64_t j, int64_t c,
+          int64_t rows, int mode, int sgn, __mmask16 k0m, __mmask16 k1m) {
     const ember__qpack *p = jb->p;
     const int64_t nch = p->nch;
     __m512 s0, s1;
@@ -410,8 +408,8 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     _tile_dpbssd(2, 5, 6);
                     _tile_dpbssd(3, 5, 7);
                     if (c > 0)
-                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1,
-                                  k0m, k1m);
+                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
+                                  k1m);
                     _tile_stored(0, buf[c & 1], 128);
                     _tile_stored(1, buf[c & 1] + 16, 128);
                 }
@@ -450,8 +448,8 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                         _tile_dpbsud(3, 5, 7);
                     }
                 if (c > 0)
-                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn,
-                              k0m, k1m);
+                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn, k0m,
+                              k1m);
                 int32_t *dst = buf[c & 1];
                 _tile_stored(0, dst, 128);
                 _tile_stored(1, dst + 16, 128);
@@ -464,7 +462,7 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
 }
 
 void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                          int thread) {
+                       int thread) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, nch = p->nch, kc = p->kc;
     const int ks = (kc % 64 == 0) ? 64 : 32;
@@ -480,8 +478,9 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     if (i1 > jb->mp)
         i1 = jb->mp;
     if (jb->braw || (nch == 1 && jb->c && !p->sb16 &&
-        ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
-                (int64_t)(32 * 32 * 4) <= (int64_t)EMBER__AMX_ACC_BYTES)) {
+                     ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 *
+                             (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) * (int64_t)(32 * 32 * 4) <=
+                         (int64_t)EMBER__AMX_ACC_BYTES)) {
         block_pipelined(jb, i0, i1, j0, j1, unp, acc);
         if (jb->nt_store)
             _mm_sfence(); /* the streamed rows of C, before the pool's join */
@@ -519,9 +518,11 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                     for (int64_t r = 0; r < rows; r++) {
                         __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
                         int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
-                        _mm512_mask_storeu_epi32(o, k0m, _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-                        _mm512_mask_storeu_epi32(o + 16, k1m,
-                                                 _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+                        _mm512_mask_storeu_epi32(
+                            o, k0m, _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                        _mm512_mask_storeu_epi32(
+                            o + 16, k1m,
+                            _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
                     }
                     continue;
                 }
@@ -530,8 +531,10 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                 for (int64_t r = 0; r < rows; r++) {
                     __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
                     __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
-                    __m512 x0 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-                    __m512 x1 = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+                    __m512 x0 =
+                        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                    __m512 x1 = _mm512_cvtepi32_ps(
+                        _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
                     x0 = _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0));
                     x1 = _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1));
                     if (nch == 1) {
@@ -542,7 +545,8 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
                         _mm512_store_ps(facc + r * 32, x0);
                         _mm512_store_ps(facc + r * 32 + 16, x1);
                     } else {
-                        _mm512_store_ps(facc + r * 32, _mm512_add_ps(_mm512_load_ps(facc + r * 32), x0));
+                        _mm512_store_ps(facc + r * 32,
+                                        _mm512_add_ps(_mm512_load_ps(facc + r * 32), x0));
                         _mm512_store_ps(facc + r * 32 + 16,
                                         _mm512_add_ps(_mm512_load_ps(facc + r * 32 + 16), x1));
                     }
@@ -632,7 +636,8 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             }
             __m512 sar = _mm512_set1_ps(jb->sa[i]);
             float *o = jb->c + i * jb->ldc + j;
-            _mm512_mask_storeu_ps(o, k0m, _mm512_mul_ps(_mm512_cvtepi32_ps(x0), _mm512_mul_ps(sar, s0)));
+            _mm512_mask_storeu_ps(o, k0m,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(x0), _mm512_mul_ps(sar, s0)));
             _mm512_mask_storeu_ps(o + 16, k1m,
                                   _mm512_mul_ps(_mm512_cvtepi32_ps(x1), _mm512_mul_ps(sar, s1)));
         }

@@ -10,9 +10,8 @@
 
 EMBER__INLINE __m256 load_scales8(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
-        return _mm256_cvtph_ps(
-            _mm_loadu_si128((const __m128i *)((const uint16_t *)p->sb +
-                                              ember__qpack_sidx(p, c, j))));
+        return _mm256_cvtph_ps(_mm_loadu_si128(
+            (const __m128i *)((const uint16_t *)p->sb + ember__qpack_sidx(p, c, j))));
     return _mm256_loadu_ps((const float *)p->sb + ember__qpack_sidx(p, c, j));
 }
 
@@ -55,7 +54,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     aw[r] = a_words(a + r * kp + kk);
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
-                    __m256i w = _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(row + q * 16)));
+                    __m256i w =
+                        _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(row + q * 16)));
                     for (int r = 0; r < MR; r++)
                         acc[r][q] = _mm256_add_epi32(acc[r][q], _mm256_madd_epi16(w, aw[r]));
                 }
@@ -123,7 +123,7 @@ static void micro1(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j
 static void micro2(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 2); }
 
 void ember__qblock_avx2(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
-                          int thread) {
+                        int thread) {
     (void)thread;
     if (i1 > jb->m)
         i1 = jb->m;

@@ -19,9 +19,8 @@ EMBER__INLINE __mmask16 tail_mask(int64_t nv) {
 
 EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     if (p->sb16)
-        return _mm512_cvtph_ps(
-            _mm256_loadu_si256((const __m256i *)((const uint16_t *)p->sb +
-                                                 ember__qpack_sidx(p, c, j))));
+        return _mm512_cvtph_ps(_mm256_loadu_si256(
+            (const __m256i *)((const uint16_t *)p->sb + ember__qpack_sidx(p, c, j))));
     return _mm512_loadu_ps((const float *)p->sb + ember__qpack_sidx(p, c, j));
 }
 
@@ -154,8 +153,8 @@ static void micro6(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j
 void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread) {
     (void)thread;
-    static void (*const fns[7])(const ember__qjob *, int64_t, int64_t) = {
-        NULL, micro1, micro2, micro3, micro4, micro5, micro6};
+    static void (*const fns[7])(const ember__qjob *, int64_t,
+                                int64_t) = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
     if (i1 > jb->m)
         i1 = jb->m;
     for (int64_t j = j0; j < j1 && j < jb->p->n; j += 32)
@@ -253,7 +252,8 @@ EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, c
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
             const int8_t *a = d->a + (i + r) * d->lda + kk;
-            uint32_t pair = (uint32_t)(uint16_t)(int16_t)a[0] | ((uint32_t)(uint16_t)(int16_t)a[1] << 16);
+            uint32_t pair =
+                (uint32_t)(uint16_t)(int16_t)a[0] | ((uint32_t)(uint16_t)(int16_t)a[1] << 16);
             __m512i x = _mm512_set1_epi32((int32_t)pair);
             acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
             acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
@@ -270,7 +270,8 @@ EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, c
         __m512i p2 = _mm512_unpacklo_epi16(v0, z), p3 = _mm512_unpackhi_epi16(v0, z);
 #pragma GCC unroll 4
         for (int r = 0; r < MR; r++) {
-            __m512i x = _mm512_set1_epi32((int32_t)(uint32_t)(uint16_t)(int16_t)d->a[(i + r) * d->lda + kk]);
+            __m512i x = _mm512_set1_epi32(
+                (int32_t)(uint32_t)(uint16_t)(int16_t)d->a[(i + r) * d->lda + kk]);
             acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
             acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
             acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
@@ -279,7 +280,8 @@ EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, c
     }
     /* lane L of lo: columns 8L..8L+3, of hi: 8L+4..8L+7 -> columns 0..15 and 16..31 */
     const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i ib = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512i ib =
+        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; r++) {
         __m512i c[4] = {_mm512_permutex2var_epi32(acc[r][0], ia, acc[r][1]),
@@ -310,7 +312,7 @@ static void dmicro4(const ember__qdirect *d, int64_t i, int64_t j) { direct_micr
 
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
     static void (*const fns[5])(const ember__qdirect *, int64_t, int64_t) = {NULL, dmicro1, dmicro2,
-                                                                            dmicro3, dmicro4};
+                                                                             dmicro3, dmicro4};
     for (int64_t j = j0; j < j1 && j < d->n; j += 64)
         for (int64_t i = 0; i < d->m;) {
             int64_t r = d->m - i;
@@ -330,8 +332,8 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int64_t c = 0; c < jn; c += 64) {
         const int64_t left = nv - c;
-        const __mmask64 m = left >= 64 ? ~(__mmask64)0
-                                       : (left > 0 ? (((__mmask64)1 << left) - 1) : 0);
+        const __mmask64 m =
+            left >= 64 ? ~(__mmask64)0 : (left > 0 ? (((__mmask64)1 << left) - 1) : 0);
         __m512i r[4];
         for (int q = 0; q < 4; q++)
             r[q] = rows[q] ? _mm512_maskz_loadu_epi8(m, rows[q] + c) : _mm512_setzero_si512();

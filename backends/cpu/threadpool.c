@@ -7,9 +7,10 @@
  * waits only for the workers inside the job (`active`): a worker counts itself in before it loads
  * the pointer, so one that wakes late finds no job and never holds the caller up (waking a sleeping
  * vCPU can take longer than a decode-sized product). Idle workers spin briefly on the generation
- * and then sleep on a condition variable. One job runs at a time: a call made while the pool is busy (another application thread
- * on the same context) runs its tasks inline on the calling thread, which is always correct.
- * Without a pool (start failed or one thread) every call runs inline. */
+ * and then sleep on a condition variable. One job runs at a time: a call made while the pool is
+ * busy (another application thread on the same context) runs its tasks inline on the calling
+ * thread, which is always correct. Without a pool (start failed or one thread) every call runs
+ * inline. */
 #include <sched.h>
 #include <stdatomic.h>
 
@@ -32,7 +33,7 @@ struct pool {
     worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
                                 the allocator's live count must not move behind the caller) */
     int nworkers;
-    atomic_int stop; /* set under mu; read by workers outside it too (after a generation bump) */
+    atomic_int stop;   /* set under mu; read by workers outside it too (after a generation bump) */
     ember__qtier tier; /* the int8 tier of this context */
     /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
      * large allocations are mmap'd and page-faulted on every call, which costs more than a small
@@ -40,8 +41,8 @@ struct pool {
     pthread_mutex_t scratch_mu;
     void *scratch;
     size_t scratch_bytes;
-    atomic_uint gen;       /* bumped per job (wakes the workers) */
-    atomic_int active;     /* workers inside the current job */
+    atomic_uint gen;           /* bumped per job (wakes the workers) */
+    atomic_int active;         /* workers inside the current job */
     _Atomic(struct job *) job; /* the open job, NULL between jobs */
 };
 
@@ -60,7 +61,6 @@ static void run_tasks(job *j, int thread) {
         j->fn(j->arg, t, thread);
     }
 }
-
 
 static void *worker_main(void *v) {
     const worker_ctx *w = v;

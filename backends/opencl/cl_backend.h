@@ -41,7 +41,7 @@
 #include "../../dispatch/internal.h"
 
 typedef struct ember__cl_buf {
-    cl_mem mem; /* NULL for a 0-byte buffer */
+    cl_mem mem;   /* NULL for a 0-byte buffer */
     size_t bytes; /* the tensor's bytes */
     size_t cap;   /* mem's size (>= bytes: a buffer reused from the device's cache may be larger) */
 } ember__cl_buf;
@@ -60,13 +60,13 @@ struct ember__cl_qpath;
 
 /* The slots of ember__cl_scratch. */
 enum {
-    EMBER__CL_S_SCALE,  /* q_matmul: the per-tensor epilogue factor sa * sb (one float) */
-    EMBER__CL_S_SA,     /* q_matmul: the lhs's effective scales (per channel) */
-    EMBER__CL_S_SB,     /* q_matmul: the rhs's effective scales */
-    EMBER__CL_S_A,      /* tensor-core paths: A in the kernels' row layout */
-    EMBER__CL_S_B,      /* tensor-core paths: B packed for this call (no cached pack) */
-    EMBER__CL_S_WS,     /* tensor-core paths: the split-K workspace */
-    EMBER__CL_S_CNT,    /* tensor-core paths: split-K tile counters (kept zero by the kernels) */
+    EMBER__CL_S_SCALE, /* q_matmul: the per-tensor epilogue factor sa * sb (one float) */
+    EMBER__CL_S_SA,    /* q_matmul: the lhs's effective scales (per channel) */
+    EMBER__CL_S_SB,    /* q_matmul: the rhs's effective scales */
+    EMBER__CL_S_A,     /* tensor-core paths: A in the kernels' row layout */
+    EMBER__CL_S_B,     /* tensor-core paths: B packed for this call (no cached pack) */
+    EMBER__CL_S_WS,    /* tensor-core paths: the split-K workspace */
+    EMBER__CL_S_CNT,   /* tensor-core paths: split-K tile counters (kept zero by the kernels) */
     EMBER__CL_SCRATCH_SLOTS
 };
 

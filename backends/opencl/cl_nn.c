@@ -60,8 +60,8 @@ static ember_status cl_axpy(void *state, int dev, float alpha, const ember_tenso
     return launch1(state, dev, "axpy", "axpy_f32", 5, args, x->numel);
 }
 
-static ember_status cl_argmax(void *state, int dev, const ember_tensor *x, int64_t outer,
-                              int64_t n, int64_t inner, ember_tensor *out) {
+static ember_status cl_argmax(void *state, int dev, const ember_tensor *x, int64_t outer, int64_t n,
+                              int64_t inner, ember_tensor *out) {
     if (outer * inner == 0)
         return EMBER_OK;
     cl_long o = outer, nn = n, in = inner;
@@ -119,8 +119,8 @@ static ember_status cl_cross_entropy(void *state, int dev, const ember_tensor *x
     cl_mem X = ember__cl_mem(x), T = ember__cl_mem(targets);
     /* an unused output still needs a valid cl_mem argument: the row losses stand in */
     cl_mem G = dlogits ? ember__cl_mem(dlogits) : row_loss;
-    const ember__cl_arg args[] = {EMBER_CL_ARG(r),   EMBER_CL_ARG(c),    EMBER_CL_ARG(X),
-                                  EMBER_CL_ARG(T),   EMBER_CL_ARG(t64),  EMBER_CL_ARG(grad),
+    const ember__cl_arg args[] = {EMBER_CL_ARG(r),        EMBER_CL_ARG(c),   EMBER_CL_ARG(X),
+                                  EMBER_CL_ARG(T),        EMBER_CL_ARG(t64), EMBER_CL_ARG(grad),
                                   EMBER_CL_ARG(row_loss), EMBER_CL_ARG(G)};
     ember_status st =
         ember__cl_launch(s, dev, op, "nn", opts, "cross_entropy_f32", 8, args, 1, &g, &l);

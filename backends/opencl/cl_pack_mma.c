@@ -8,17 +8,17 @@
 
 #include <string.h>
 
-size_t ember__cl_pack_b_mma_size(int64_t k, int64_t n)
-{
-    if (k <= 0 || n <= 0) return 0;
+size_t ember__cl_pack_b_mma_size(int64_t k, int64_t n) {
+    if (k <= 0 || n <= 0)
+        return 0;
     uint64_t nb8 = ((uint64_t)n + 7u) / 8u, nkb = ((uint64_t)k + 63u) / 64u;
-    if (nb8 > SIZE_MAX / 512u / nkb) return 0;
+    if (nb8 > SIZE_MAX / 512u / nkb)
+        return 0;
     return (size_t)(nb8 * nkb * 512u);
 }
 
 void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n,
-                          int8_t *dst)
-{
+                          int8_t *dst) {
     int64_t nb8 = (n + 7) / 8, nkb = (k + 63) / 64;
     for (int64_t j = 0; j < nb8; j++) {
         for (int64_t kb = 0; kb < nkb; kb++) {
@@ -29,7 +29,8 @@ void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_
                     for (int i = 0; i < 4; i++) {
                         int64_t row = 64 * kb + 16 * q + 4 * (l % 4) + i;
                         int8_t v = 0;
-                        if (row < k && col < n) v = b[row * stride_k + col * stride_n];
+                        if (row < k && col < n)
+                            v = b[row * stride_k + col * stride_n];
                         blk[16 * l + 4 * q + i] = v;
                     }
                 }
@@ -38,18 +39,19 @@ void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_
     }
 }
 
-size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn)
-{
-    if (k <= 0 || n <= 0 || (bn != 64 && bn != 128 && bn != 256)) return 0;
-    uint64_t nt = ((uint64_t)n + (uint64_t)bn - 1u) / (uint64_t)bn, nst = 2u * (((uint64_t)k + 63u) / 64u);
+size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn) {
+    if (k <= 0 || n <= 0 || (bn != 64 && bn != 128 && bn != 256))
+        return 0;
+    uint64_t nt = ((uint64_t)n + (uint64_t)bn - 1u) / (uint64_t)bn,
+             nst = 2u * (((uint64_t)k + 63u) / 64u);
     uint64_t stage = (uint64_t)bn * 32u;
-    if (nt > SIZE_MAX / stage / nst) return 0;
+    if (nt > SIZE_MAX / stage / nst)
+        return 0;
     return (size_t)(nt * nst * stage);
 }
 
-void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n, int bn,
-                            int8_t *dst)
-{
+void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k,
+                            int64_t stride_n, int bn, int8_t *dst) {
     int64_t nt = (n + bn - 1) / bn, nst = 2 * ((k + 63) / 64);
     for (int64_t tn = 0; tn < nt; tn++) {
         for (int64_t st = 0; st < nst; st++) {
@@ -63,7 +65,8 @@ void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t strid
                         int t = j / 4, i = j % 4;
                         int64_t kk = 64 * kb + 16 * t + 8 * s + 4 * h + i;
                         int8_t v = 0;
-                        if (kk < k && nn < n) v = b[kk * stride_k + nn * stride_n];
+                        if (kk < k && nn < n)
+                            v = b[kk * stride_k + nn * stride_n];
                         stage[(2 * ng + h) * 128 + r * 16 + j] = v;
                     }
                 }

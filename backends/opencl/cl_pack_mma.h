@@ -22,12 +22,12 @@ void ember__cl_pack_b_mma(const int8_t *b, int64_t k, int64_t n, int64_t stride_
  * ceil(N/bn) * 2 * ceil(K/64) * bn * 32. @return : 0 on a bad argument or overflow. */
 size_t ember__cl_pack_b_wgmma_size(int64_t k, int64_t n, int bn);
 
-/* Pack B (strides as above) for the qgemm_wgmma_*x<bn> kernels (backends/opencl/ptx/qgemm_wgmma.cu):
- * [ceil(N/bn)][2 ceil(K/64)] stages of bn x 32 bytes, each in wgmma's K-major no-swizzle layout
- * (core matrix (n8 group ng, k16 half h) at (2 ng + h) * 128, column r of it at + 16 r), with the
- * k permutation of the kernel (stage s of k64 block kb, logical k 16 h + 4 t + i holds
- * B[64 kb + 16 t + 8 (s % 2) + 4 h + i]). Padding is zero. */
-void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k, int64_t stride_n, int bn,
-                            int8_t *dst);
+/* Pack B (strides as above) for the qgemm_wgmma_*x<bn> kernels
+ * (backends/opencl/ptx/qgemm_wgmma.cu): [ceil(N/bn)][2 ceil(K/64)] stages of bn x 32 bytes, each in
+ * wgmma's K-major no-swizzle layout (core matrix (n8 group ng, k16 half h) at (2 ng + h) * 128,
+ * column r of it at + 16 r), with the k permutation of the kernel (stage s of k64 block kb, logical
+ * k 16 h + 4 t + i holds B[64 kb + 16 t + 8 (s % 2) + 4 h + i]). Padding is zero. */
+void ember__cl_pack_b_wgmma(const int8_t *b, int64_t k, int64_t n, int64_t stride_k,
+                            int64_t stride_n, int bn, int8_t *dst);
 
 #endif

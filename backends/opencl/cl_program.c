@@ -364,15 +364,16 @@ ember_status ember__cl_program_get(ember__cl_state *s, int dev, const char *name
 int ember__cl_kernel_cache = 1;
 
 /* Set the arguments of k and enqueue it. */
-static ember_status set_and_enqueue(ember__cl_state *s, int dev, const char *op, cl_kernel k, int nargs,
-                                    const ember__cl_arg *args, cl_uint dims, const size_t *global,
-                                    const size_t *local) {
+static ember_status set_and_enqueue(ember__cl_state *s, int dev, const char *op, cl_kernel k,
+                                    int nargs, const ember__cl_arg *args, cl_uint dims,
+                                    const size_t *global, const size_t *local) {
     for (int i = 0; i < nargs; i++) {
         cl_int err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
         if (err != CL_SUCCESS)
             return ember__cl_fail(op, "clSetKernelArg", dev, err);
     }
-    cl_int err = clEnqueueNDRangeKernel(s->dev[dev].queue, k, dims, NULL, global, local, 0, NULL, NULL);
+    cl_int err =
+        clEnqueueNDRangeKernel(s->dev[dev].queue, k, dims, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return ember__cl_fail(op, "clEnqueueNDRangeKernel", dev, err);
     return EMBER_OK;
@@ -441,9 +442,10 @@ ember_status ember__cl_temp(ember__cl_state *s, int dev, const char *op, size_t 
         /* as buffer_alloc: the device's out-of-memory codes are OUT_OF_MEMORY for the caller */
         if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
             err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE)
-            return ember__fail(EMBER_ERR_OUT_OF_MEMORY, __FILE__, op, __LINE__,
-                               "%s: clCreateBuffer of %zu bytes (scratch) failed on opencl:%d: %s (%d)",
-                               op, bytes ? bytes : 1, dev, ember__cl_error_name(err), (int)err);
+            return ember__fail(
+                EMBER_ERR_OUT_OF_MEMORY, __FILE__, op, __LINE__,
+                "%s: clCreateBuffer of %zu bytes (scratch) failed on opencl:%d: %s (%d)", op,
+                bytes ? bytes : 1, dev, ember__cl_error_name(err), (int)err);
         return ember__cl_fail(op, "clCreateBuffer", dev, err);
     }
     if (data && bytes) {

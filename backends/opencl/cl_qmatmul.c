@@ -11,12 +11,13 @@
  *
  * Paths, best first: "wgmma", "mma" (NVIDIA tensor cores: kernels qgemm_mma*.cl / ptx/, with
  * their C side in a file of their own, cl_qmatmul_mma.c, that defines `const ember__cl_qpath
- * ember__cl_qpath_wgmma` / `ember__cl_qpath_mma`), "dot4", "generic". A path is {name, label, available(device), run(args)};
- * available() says whether this device can run it (e.g. an NVIDIA device of the right compute
- * capability). run() gets int8 operands as cl_mems with byte offsets and byte row strides, and
- * the epilogue factor as a one-float device buffer. A path whose program fails to build on a
- * device (EMBER_ERR_KERNEL_BUILD: a compiler that rejects its builtins) is replaced by "generic"
- * for that device, once, and the call is retried; int8_matmul_path then says "opencl.generic". */
+ * ember__cl_qpath_wgmma` / `ember__cl_qpath_mma`), "dot4", "generic". A path is {name, label,
+ * available(device), run(args)}; available() says whether this device can run it (e.g. an NVIDIA
+ * device of the right compute capability). run() gets int8 operands as cl_mems with byte offsets
+ * and byte row strides, and the epilogue factor as a one-float device buffer. A path whose program
+ * fails to build on a device (EMBER_ERR_KERNEL_BUILD: a compiler that rejects its builtins) is
+ * replaced by "generic" for that device, once, and the call is retried; int8_matmul_path then says
+ * "opencl.generic". */
 #include <stdio.h>
 #include <string.h>
 
@@ -209,7 +210,8 @@ ember_status ember__cl_q_matmul(void *state, int dev, const ember__gemm *g, cons
         if (nb == 1 && offs[i] == 0) {
             st = ember__cl_consts(s, dev, &tmp[i], NULL);
         } else {
-            st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs + (size_t)i * nb, &tmp[i]);
+            st = ember__cl_temp(s, dev, "q_matmul", nb * sizeof(cl_long), offs + (size_t)i * nb,
+                                &tmp[i]);
             own[i] = st == EMBER_OK;
         }
     }

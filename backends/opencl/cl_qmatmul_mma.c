@@ -9,14 +9,15 @@
  * a 16-byte-aligned [m][round16(k)] temporary; qgemm_pack_b_mma / qgemm_pack_b_wgmma packs B_i into
  * the kernel's tile order (cl_pack_mma.h documents both layouts; the same layout the host packers
  * write); the GEMM kernel then writes out_i = 0 + f * (float)acc directly (mode 2; f = scale[0]
- * per-tensor, or sa[r / a_group] * sb[c / b_group] per row / column: the CPU backend's epilogue). M <= 16 runs the skinny mma kernel on both paths
- * (the weight-streaming case). Shapes past 2^30 in any dimension go to the generic path.
- * Weight pre-packing: when every B block of the call starts at a whole matrix of the rhs tensor
- * (the usual weight use), the first call packs ALL the tensor's matrices in the kernel's layout and
- * keeps them in the tensor's pack cache (one cl_mem per matrix, freed with the tensor); later calls
- * with the same layout (mma, wgmma 64x128 or 64x256 tiles; trans_b) skip the pack. A call needing
- * another layout than the cached one packs into a temporary, as every call did before. The cached
- * copy costs the packed size again in device memory (K and N rounded up to the tiles). */
+ * per-tensor, or sa[r / a_group] * sb[c / b_group] per row / column: the CPU backend's epilogue). M
+ * <= 16 runs the skinny mma kernel on both paths (the weight-streaming case). Shapes past 2^30 in
+ * any dimension go to the generic path. Weight pre-packing: when every B block of the call starts
+ * at a whole matrix of the rhs tensor (the usual weight use), the first call packs ALL the tensor's
+ * matrices in the kernel's layout and keeps them in the tensor's pack cache (one cl_mem per matrix,
+ * freed with the tensor); later calls with the same layout (mma, wgmma 64x128 or 64x256 tiles;
+ * trans_b) skip the pack. A call needing another layout than the cached one packs into a temporary,
+ * as every call did before. The cached copy costs the packed size again in device memory (K and N
+ * rounded up to the tiles). */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,7 +49,8 @@ int ember__cl_has_wgmma(const ember__cl_device *d) { return nv_cc(d) == 90; }
 
 /* The PTX module, built once per device and kept in the device's program list (released with
  * the others at shutdown). The options string "<ptx>" marks the entry. */
-/* ptx_program's builder: the embedded PTX text (arg, with its NUL) given to the driver as a binary. */
+/* ptx_program's builder: the embedded PTX text (arg, with its NUL) given to the driver as a binary.
+ */
 static ember_status build_ptx(ember__cl_state *s, int dev, void *arg, cl_program *out) {
     ember__cl_device *d = &s->dev[dev];
     const char *src = arg;
@@ -100,29 +102,31 @@ static void clpack_release(void *state, void *data) {
 }
 
 /* Pack matrix at byte offsets boff[idx] of q->b into dst (layout as in clpack). */
-static ember_status pack_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, cl_mem boff, cl_int idx,
-                           int layout, size_t pbytes, cl_mem dst) {
+static ember_status pack_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, cl_mem boff,
+                           cl_int idx, int layout, size_t pbytes, cl_mem dst) {
     cl_int tb = q->trans_b, K = (cl_int)q->k, N = (cl_int)q->n, bn = layout;
     cl_long ldb = q->ldb, pb = (cl_long)pbytes;
     const size_t local = 256, global = ember__cl_round_up(pbytes, 256);
     if (layout) {
-        const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx), EMBER_CL_ARG(ldb),
-                                      EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),    EMBER_CL_ARG(N),   EMBER_CL_ARG(bn),
-                                      EMBER_CL_ARG(dst),  EMBER_CL_ARG(pb)};
-        return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_wgmma", 10, args, 1, &global,
-                                &local);
+        const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx),
+                                      EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),
+                                      EMBER_CL_ARG(N),    EMBER_CL_ARG(bn),   EMBER_CL_ARG(dst),
+                                      EMBER_CL_ARG(pb)};
+        return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_wgmma", 10, args,
+                                1, &global, &local);
     }
-    const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx), EMBER_CL_ARG(ldb),
-                                  EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),    EMBER_CL_ARG(N),   EMBER_CL_ARG(dst),
-                                  EMBER_CL_ARG(pb)};
-    return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_mma", 9, args, 1, &global, &local);
+    const ember__cl_arg args[] = {EMBER_CL_ARG(q->b), EMBER_CL_ARG(boff), EMBER_CL_ARG(idx),
+                                  EMBER_CL_ARG(ldb),  EMBER_CL_ARG(tb),   EMBER_CL_ARG(K),
+                                  EMBER_CL_ARG(N),    EMBER_CL_ARG(dst),  EMBER_CL_ARG(pb)};
+    return ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_pack_b_mma", 9, args, 1,
+                            &global, &local);
 }
 
 /* The rhs tensor's packed matrices in `layout`, from its pack cache (filled here on first use), or
  * *out = NULL when the call's B blocks are not whole matrices of the tensor or the cache holds
  * another layout (the caller then packs per call). */
-static ember_status cached_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, int layout, size_t pbytes,
-                             clpack **out) {
+static ember_status cached_b(ember__cl_state *s, int dev, const ember__cl_qgemm_args *q, int layout,
+                             size_t pbytes, clpack **out) {
     *out = NULL;
     const ember_tensor *b = q->b_tensor;
     if (!b || !q->b_off_elems || b->rank < 2)
@@ -153,8 +157,8 @@ static ember_status cached_b(ember__cl_state *s, int dev, const ember__cl_qgemm_
         ember__free(offs);
         ember__free(c);
         pthread_mutex_unlock(&bt->pack.lock);
-        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "q_matmul: no memory for the packed rhs of %lld matrices",
-                   (long long)nmat);
+        EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY,
+                   "q_matmul: no memory for the packed rhs of %lld matrices", (long long)nmat);
     }
     c->layout = layout;
     c->trans = q->trans_b;
@@ -189,7 +193,8 @@ static ember_status cached_b(ember__cl_state *s, int dev, const ember__cl_qgemm_
 }
 
 static ember_status launch_ptx(ember__cl_state *s, int dev, const char *kernel, int nargs,
-                               const ember__cl_arg *args, const size_t *global, const size_t *local) {
+                               const ember__cl_arg *args, const size_t *global,
+                               const size_t *local) {
     cl_program p = NULL;
     EMBER_TRY(ptx_program(s, dev, &p));
     return ember__cl_run_kernel(s, dev, "q_matmul", p, kernel, nargs, args, 2, global, local);
@@ -221,17 +226,19 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
      * 64 x 256 (3 CTAs per SM) when its tiles fill the 396 slots at least once, else 64 x 128
      * (4 CTAs per SM) with split-K: the largest of 1..4 splits that keeps one wave (528 slots) and
      * >= 8 k64 blocks a split (measured best at 512 x 4096 x 4096 (2), 128 x 4096 x 4096 (4),
-     * 128 x 11008 x 4096 (3)). The kernel reduces the splits itself through a workspace and per-tile
-     * counters (zero here, left zero by the kernel). */
+     * 128 x 11008 x 4096 (3)). The kernel reduces the splits itself through a workspace and
+     * per-tile counters (zero here, left zero by the kernel). */
     const int nkb = (k + 63) / 64;
     const size_t tm = (size_t)((m + 63) / 64);
     const int big = use_wg && tm * (size_t)((n + 255) / 256) >= 396;
     const int wbn = big ? 256 : 128;
     const size_t tiles = tm * (size_t)((n + wbn - 1) / wbn);
     int splits = 1;
-    while (use_wg && !big && splits < 4 && tiles * (size_t)(splits + 1) <= 528 && (splits + 1) * 8 <= nkb)
+    while (use_wg && !big && splits < 4 && tiles * (size_t)(splits + 1) <= 528 &&
+           (splits + 1) * 8 <= nkb)
         splits++;
-    size_t pbytes = use_wg ? ember__cl_pack_b_wgmma_size(k, n, wbn) : ember__cl_pack_b_mma_size(k, n);
+    size_t pbytes =
+        use_wg ? ember__cl_pack_b_wgmma_size(k, n, wbn) : ember__cl_pack_b_mma_size(k, n);
     EMBER_FAIL_IF(pbytes == 0, EMBER_ERR_INVALID_ARGUMENT, "q_matmul: packed B size overflows");
     /* the temporaries are the device's scratch slots and constants (cl_scratch.c; the caller,
      * ember__cl_q_matmul, holds the device's qlock): nothing is created or released per call */
@@ -245,7 +252,8 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
     if (st == EMBER_OK)
         st = ember__cl_consts(s, dev, NULL, &ones);
     if (st == EMBER_OK && splits > 1) {
-        st = ember__cl_scratch(s, dev, EMBER__CL_S_WS, tiles * (size_t)splits * 64 * (size_t)wbn * 4, &ws);
+        st = ember__cl_scratch(s, dev, EMBER__CL_S_WS,
+                               tiles * (size_t)splits * 64 * (size_t)wbn * 4, &ws);
         if (st == EMBER_OK) /* zero when made, and the kernels leave every counter they use at 0 */
             st = ember__cl_scratch(s, dev, EMBER__CL_S_CNT, tiles * sizeof(int), &cnt);
     }
@@ -265,13 +273,15 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         cl_int idx = (cl_int)i, ta = q->trans_a, M = m, N = n, K = k, ld16 = lda16;
         cl_long lda = q->lda, c_off = i * q->m * q->n;
         { /* A_i -> [m][lda16] */
-            const ember__cl_arg args[] = {EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(idx),
-                                          EMBER_CL_ARG(lda),  EMBER_CL_ARG(ta),       EMBER_CL_ARG(M),
-                                          EMBER_CL_ARG(K),    EMBER_CL_ARG(ap),       EMBER_CL_ARG(ld16)};
+            const ember__cl_arg args[] = {
+                EMBER_CL_ARG(q->a), EMBER_CL_ARG(q->a_off), EMBER_CL_ARG(idx),
+                EMBER_CL_ARG(lda),  EMBER_CL_ARG(ta),       EMBER_CL_ARG(M),
+                EMBER_CL_ARG(K),    EMBER_CL_ARG(ap),       EMBER_CL_ARG(ld16)};
             const size_t local[2] = {64, 4};
-            const size_t global[2] = {ember__cl_round_up((size_t)lda16, 64), ember__cl_round_up((size_t)m, 4)};
-            st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_prep_a", 9, args, 2, global,
-                                  local);
+            const size_t global[2] = {ember__cl_round_up((size_t)lda16, 64),
+                                      ember__cl_round_up((size_t)m, 4)};
+            st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", "", "qgemm_prep_a", 9, args, 2,
+                                  global, local);
         }
         if (st != EMBER_OK)
             break;
@@ -288,22 +298,23 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
         cl_mem fa = pc ? q->sa : q->scale, fb = pc ? q->sb : ones;
         if (use_wg) {
             cl_int swap = 0;
-            cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu), off_hi = (cl_uint)((uint64_t)c_off >> 32);
+            cl_uint off_lo = (cl_uint)((uint64_t)c_off & 0xffffffffu),
+                    off_hi = (cl_uint)((uint64_t)c_off >> 32);
             const ember__cl_arg args[] = {
-                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat),     EMBER_CL_ARG(q->out),
-                EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
-                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
-                EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(swap),     EMBER_CL_ARG(off_lo),
-                EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws), EMBER_CL_ARG(cnt)};
+                EMBER_CL_ARG(ap),     EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat), EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ldc),    EMBER_CL_ARG(M),    EMBER_CL_ARG(N),    EMBER_CL_ARG(K),
+                EMBER_CL_ARG(kps),    EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),   EMBER_CL_ARG(ag),
+                EMBER_CL_ARG(fb),     EMBER_CL_ARG(bg),   EMBER_CL_ARG(swap), EMBER_CL_ARG(off_lo),
+                EMBER_CL_ARG(off_hi), EMBER_CL_ARG(ws),   EMBER_CL_ARG(cnt)};
             const size_t local[2] = {128, 1}, global[2] = {tiles * 128, (size_t)splits};
-            st = launch_ptx(s, dev, big ? "qgemm_wgmma_w1_64x256_s4a3" : "qgemm_wgmma_w1_64x128_s6", 19, args,
-                            global, local);
+            st = launch_ptx(s, dev, big ? "qgemm_wgmma_w1_64x256_s4a3" : "qgemm_wgmma_w1_64x128_s6",
+                            19, args, global, local);
         } else {
             const ember__cl_arg args[] = {
-                EMBER_CL_ARG(ap),   EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat),     EMBER_CL_ARG(q->out),
-                EMBER_CL_ARG(ldc),  EMBER_CL_ARG(M),    EMBER_CL_ARG(N),        EMBER_CL_ARG(K),
-                EMBER_CL_ARG(kps),  EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),       EMBER_CL_ARG(ag),
-                EMBER_CL_ARG(fb),   EMBER_CL_ARG(bg),   EMBER_CL_ARG(c_off)};
+                EMBER_CL_ARG(ap),  EMBER_CL_ARG(ld16), EMBER_CL_ARG(bmat), EMBER_CL_ARG(q->out),
+                EMBER_CL_ARG(ldc), EMBER_CL_ARG(M),    EMBER_CL_ARG(N),    EMBER_CL_ARG(K),
+                EMBER_CL_ARG(kps), EMBER_CL_ARG(mode), EMBER_CL_ARG(fa),   EMBER_CL_ARG(ag),
+                EMBER_CL_ARG(fb),  EMBER_CL_ARG(bg),   EMBER_CL_ARG(c_off)};
             size_t local[2], global[2] = {0, 1};
             if (skinny) {
                 local[0] = 256;
@@ -315,7 +326,8 @@ static ember_status run_tc(ember__cl_state *s, int dev, const ember__cl_qgemm_ar
             }
             local[1] = 1;
             st = ember__cl_launch(s, dev, "q_matmul", "qgemm_mma", opts,
-                                  skinny ? "qgemm_mma_skinny" : "qgemm_mma_tile", 15, args, 2, global, local);
+                                  skinny ? "qgemm_mma_skinny" : "qgemm_mma_tile", 15, args, 2,
+                                  global, local);
         }
     }
     return st;

@@ -5,7 +5,8 @@
 
 #include "cl_backend.h"
 
-/* An NVIDIA GPU of compute capability >= 8.0 (mma.sync m16n8k32 s8) / exactly 9.0 (sm_90a wgmma). */
+/* An NVIDIA GPU of compute capability >= 8.0 (mma.sync m16n8k32 s8) / exactly 9.0 (sm_90a wgmma).
+ */
 int ember__cl_has_mma(const ember__cl_device *d);
 int ember__cl_has_wgmma(const ember__cl_device *d);
 /* ember__cl_qpath.run for "mma" / "wgmma" (shapes past 2^30 go to the generic path). */

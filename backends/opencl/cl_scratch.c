@@ -26,8 +26,8 @@ ember_status ember__cl_scratch(ember__cl_state *s, int dev, int slot, size_t byt
     EMBER_TRY(ember__cl_temp(s, dev, "q_matmul", want, NULL, &m));
     if (slot == EMBER__CL_S_CNT) {
         const cl_int zero = 0;
-        cl_int err = clEnqueueFillBuffer(d->queue, m, &zero, sizeof zero, 0, want / 4 * 4, 0, NULL,
-                                         NULL);
+        cl_int err =
+            clEnqueueFillBuffer(d->queue, m, &zero, sizeof zero, 0, want / 4 * 4, 0, NULL, NULL);
         if (err != CL_SUCCESS) {
             clReleaseMemObject(m);
             return ember__cl_fail("q_matmul", "clEnqueueFillBuffer", dev, err);

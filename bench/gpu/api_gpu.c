@@ -1,12 +1,13 @@
 /* api_gpu.c: ember_q_matmul through the public API on the NVIDIA OpenCL device (issue 7, item 4:
  * the packed weights kept in the tensor's pack cache). Build on the GPU machine against a built
  * library (bench/gpu/final.sh does it):
- *   gcc -O2 -std=gnu11 -I include -o api_gpu bench/gpu/api_gpu.c BUILD/libember.a -lOpenCL -lm -lpthread ...
- * For M x 4096 x 4096 (Q8S per tensor): a warm-up product on another weight (builds the programs),
- * then the FIRST call with weight W (packs W into its cache, then the GEMM) and 10 later calls
- * (GEMM only), each timed on the host up to the end of an ember_tensor_read of the output, minus
- * the time of that read alone (median of 5). Prints first and median later call in microseconds,
- * and the time per call of 20 calls queued back to back with one read at the end (median of 5). */
+ *   gcc -O2 -std=gnu11 -I include -o api_gpu bench/gpu/api_gpu.c BUILD/libember.a -lOpenCL -lm
+ * -lpthread ... For M x 4096 x 4096 (Q8S per tensor): a warm-up product on another weight (builds
+ * the programs), then the FIRST call with weight W (packs W into its cache, then the GEMM) and 10
+ * later calls (GEMM only), each timed on the host up to the end of an ember_tensor_read of the
+ * output, minus the time of that read alone (median of 5). Prints first and median later call in
+ * microseconds, and the time per call of 20 calls queued back to back with one read at the end
+ * (median of 5). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,15 +15,13 @@
 
 #include "ember/ember.h"
 
-static double now_us(void)
-{
+static double now_us(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
+static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
@@ -31,13 +30,14 @@ static int cmp_d(const void *a, const void *b)
     do {                                                                                           \
         ember_status s_ = (x);                                                                     \
         if (s_ != EMBER_OK) {                                                                      \
-            fprintf(stderr, "%s:%d: %s -> %d (%s)\n", __FILE__, __LINE__, #x, (int)s_, ember_last_error()); \
+            fprintf(stderr, "%s:%d: %s -> %d (%s)\n", __FILE__, __LINE__, #x, (int)s_,             \
+                    ember_last_error());                                                           \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
 
-static ember_tensor *qrand(ember_context *ctx, ember_device d, int64_t r, int64_t c, unsigned seed)
-{
+static ember_tensor *qrand(ember_context *ctx, ember_device d, int64_t r, int64_t c,
+                           unsigned seed) {
     float *x = malloc((size_t)(r * c) * 4);
     for (int64_t i = 0; i < r * c; i++) {
         seed = seed * 1103515245u + 12345u;
@@ -53,18 +53,21 @@ static ember_tensor *qrand(ember_context *ctx, ember_device d, int64_t r, int64_
     return q;
 }
 
-int main(void)
-{
+int main(void) {
     ember_context *ctx = NULL;
     OK(ember_context_create(NULL, &ctx));
     int nd = ember_device_count(ctx, EMBER_BACKEND_OPENCL), found = -1;
     ember_device_info info;
     for (int i = 0; i < nd && found < 0; i++) {
         ember_device d = {EMBER_BACKEND_OPENCL, i};
-        if (ember_device_describe(ctx, d, &info) == EMBER_OK && strstr(info.int8_matmul_path, "wgmma"))
+        if (ember_device_describe(ctx, d, &info) == EMBER_OK &&
+            strstr(info.int8_matmul_path, "wgmma"))
             found = i;
     }
-    if (found < 0) { printf("api_gpu: no wgmma OpenCL device\n"); return 77; }
+    if (found < 0) {
+        printf("api_gpu: no wgmma OpenCL device\n");
+        return 77;
+    }
     ember_device gpu = {EMBER_BACKEND_OPENCL, found};
     printf("api_gpu: %s, int8 path %s\n", info.name, info.int8_matmul_path);
     const int64_t N = 4096, K = 4096;
@@ -72,7 +75,8 @@ int main(void)
     for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
         const int64_t M = ms[mi];
         float *out = malloc((size_t)(M * N) * 4);
-        ember_tensor *a = qrand(ctx, gpu, M, K, 7u), *w0 = qrand(ctx, gpu, K, N, 11u), *w = qrand(ctx, gpu, K, N, 13u);
+        ember_tensor *a = qrand(ctx, gpu, M, K, 7u), *w0 = qrand(ctx, gpu, K, N, 11u),
+                     *w = qrand(ctx, gpu, K, N, 13u);
         ember_tensor *o = NULL;
         OK(ember_q_matmul(a, w0, &o)); /* warm-up: programs built, w0 packed */
         OK(ember_tensor_read(o, out, (size_t)(M * N) * 4));
@@ -114,9 +118,10 @@ int main(void)
         ember_tensor_free(o);
         o = NULL;
         qsort(piped, 5, sizeof piped[0], cmp_d);
-        printf("api_gpu %lldx%lldx%lld: first call (packs W) %.1f us, later calls (W cached) median %.1f us"
-               " (output read %.1f us subtracted), pipelined %.1f us per call\n", (long long)M,
-               (long long)N, (long long)K, first, later[5], rd[2], piped[2]);
+        printf("api_gpu %lldx%lldx%lld: first call (packs W) %.1f us, later calls (W cached) "
+               "median %.1f us"
+               " (output read %.1f us subtracted), pipelined %.1f us per call\n",
+               (long long)M, (long long)N, (long long)K, first, later[5], rd[2], piped[2]);
         ember_tensor_free(a);
         ember_tensor_free(w0);
         ember_tensor_free(w);

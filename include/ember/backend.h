@@ -65,9 +65,9 @@ typedef struct ember_device_info {
     char blas_core[32];        /* CPU: the OpenBLAS core in use, e.g. "SkylakeX" */
     uint64_t memory_bytes;
     /* appended */
-    char version[64];          /* OpenCL: the device's OpenCL version string; CPU: "" */
-    char extensions[256];      /* OpenCL: the extensions ember uses that the device has */
-    int compute_units;         /* CPU: the threads of the context's pool */
+    char version[64];     /* OpenCL: the device's OpenCL version string; CPU: "" */
+    char extensions[256]; /* OpenCL: the extensions ember uses that the device has */
+    int compute_units;    /* CPU: the threads of the context's pool */
 } ember_device_info;
 
 /* The defaults: every field as documented above (0 / NULL / 1 for enable_opencl). */
@@ -75,7 +75,8 @@ EMBER_API ember_options ember_options_default(void);
 
 /* Create a context. opts NULL means the defaults plus the environment (EMBER_CPU_MAX_ISA,
  * EMBER_NUM_THREADS, EMBER_CPU_BUFFER_CACHE_MIB, EMBER_OPENCL_BUFFER_CACHE_MIB,
- * EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE, EMBER_OPENCL_CACHE_DIR, EMBER_LOG), read once here. Fields set in opts win over the environment.
+ * EMBER_OPENCL_PLATFORM, EMBER_OPENCL_DEVICE, EMBER_OPENCL_CACHE_DIR, EMBER_LOG), read once here.
+ * Fields set in opts win over the environment.
  * @return EMBER_OK and *out set; on failure *out is NULL (INVALID_ARGUMENT for a bad option,
  *         OUT_OF_MEMORY). No OpenCL platform is not a failure: the backend has 0 devices. */
 EMBER_API ember_status ember_context_create(const ember_options *opts, ember_context **out);
@@ -102,7 +103,7 @@ EMBER_API const char *ember_backend_name(ember_backend b);
 
 /* The operations a capability query can ask about. */
 typedef enum ember_op {
-    EMBER_OP_STORE,      /* can a tensor of this dtype (and scheme) live on the device */
+    EMBER_OP_STORE, /* can a tensor of this dtype (and scheme) live on the device */
     EMBER_OP_MATMUL,
     EMBER_OP_Q_MATMUL,
     EMBER_OP_QUANTIZE,

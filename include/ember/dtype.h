@@ -32,10 +32,10 @@ typedef enum ember_dtype {
 
 /* Facts about a dtype, from one table indexed by the enum. */
 typedef struct ember_dtype_traits {
-    const char *name;  /* "F32", burn's Debug spelling */
-    size_t size;       /* bytes per element; 0 for EMBER_QFLOAT (depends on the scheme) */
-    int is_float;      /* F32, F16, BF16 */
-    int is_quantized;  /* EMBER_QFLOAT */
+    const char *name; /* "F32", burn's Debug spelling */
+    size_t size;      /* bytes per element; 0 for EMBER_QFLOAT (depends on the scheme) */
+    int is_float;     /* F32, F16, BF16 */
+    int is_quantized; /* EMBER_QFLOAT */
 } ember_dtype_traits;
 
 /* The traits of dt, or NULL when dt is not a valid ember_dtype. */
@@ -83,13 +83,13 @@ typedef enum ember_qmode {
 typedef struct ember_qscheme {
     ember_qvalue value;
     ember_qstore store;
-    int packing_dim;                       /* counted from the innermost axis; 0 = last */
-    int block_rank;                        /* 0: per-tensor; else the block level is on */
-    int64_t block[EMBER_MAX_BLOCK_RANK];   /* block dims, aligned to the trailing axes */
+    int packing_dim;                     /* counted from the innermost axis; 0 = last */
+    int block_rank;                      /* 0: per-tensor; else the block level is on */
+    int64_t block[EMBER_MAX_BLOCK_RANK]; /* block dims, aligned to the trailing axes */
     ember_scale_dtype block_scale;
-    int tensor_level;                      /* with block_rank > 0: two-level (global f32 scale) */
+    int tensor_level; /* with block_rank > 0: two-level (global f32 scale) */
     ember_scale_dtype tensor_scale;
-    ember_qmode mode;                      /* appended; SYMMETRIC (0) is the only one supported */
+    ember_qmode mode; /* appended; SYMMETRIC (0) is the only one supported */
 } ember_qscheme;
 
 /* Per-tensor scheme with F32 scale, symmetric mode, packing on the innermost axis. */
@@ -104,9 +104,9 @@ EMBER_API ember_qscheme ember_qscheme_per_block(ember_qvalue v, ember_qstore s, 
  * with the detail in ember_last_error(). */
 EMBER_API ember_status ember_qscheme_validate(const ember_qscheme *s);
 
-EMBER_API const char *ember_qvalue_name(ember_qvalue v);            /* "Q8S"; "unknown" */
-EMBER_API const char *ember_qstore_name(ember_qstore s);            /* "PackedU32"; "unknown" */
-EMBER_API const char *ember_scale_dtype_name(ember_scale_dtype d);  /* "UE4M3"; "unknown" */
+EMBER_API const char *ember_qvalue_name(ember_qvalue v);           /* "Q8S"; "unknown" */
+EMBER_API const char *ember_qstore_name(ember_qstore s);           /* "PackedU32"; "unknown" */
+EMBER_API const char *ember_scale_dtype_name(ember_scale_dtype d); /* "UE4M3"; "unknown" */
 
 #ifdef __cplusplus
 }

@@ -15,14 +15,14 @@
 #ifndef EMBER_EMBER_H
 #define EMBER_EMBER_H
 
-#include <ember/export.h>
-#include <ember/version.h>
-#include <ember/status.h>
-#include <ember/dtype.h>
 #include <ember/backend.h>
-#include <ember/tensor.h>
-#include <ember/quant.h>
-#include <ember/ops.h>
+#include <ember/dtype.h>
+#include <ember/export.h>
 #include <ember/nn.h>
+#include <ember/ops.h>
+#include <ember/quant.h>
+#include <ember/status.h>
+#include <ember/tensor.h>
+#include <ember/version.h>
 
 #endif

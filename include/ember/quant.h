@@ -106,8 +106,8 @@ EMBER_API ember_status ember_qtensor_to_bytes(const ember_tensor *q, void *dst, 
  * under Q8S, nonzero padding bits), as burn does, and is given back unchanged by to_bytes. */
 EMBER_API ember_status ember_qtensor_from_bytes(ember_context *ctx, ember_device dev,
                                                 const ember_qscheme *s, int rank,
-                                                const int64_t *shape, const void *bytes,
-                                                size_t len, ember_tensor **out);
+                                                const int64_t *shape, const void *bytes, size_t len,
+                                                ember_tensor **out);
 
 /* Dequantize q on its producer, move the floats to dst, and quantize them there with the same
  * scheme: the explicit, opt-in way around EMBER_ERR_QUANT_TRANSFER that burn's docs recommend.

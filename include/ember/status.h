@@ -26,10 +26,9 @@ extern "C" {
     X(EMBER_ERR_SHAPE_MISMATCH, -4, "shape mismatch")                                              \
     X(EMBER_ERR_DTYPE_MISMATCH, -5, "Invalid dtype (expected DType::QFloat, got another dtype)")   \
     X(EMBER_ERR_NON_FINITE, -6, "NaN or Inf where a finite value is required")                     \
-    X(EMBER_ERR_BACKEND_MISMATCH, -100,                                                            \
-      "The provided tensors are not on the same backend.")                                         \
+    X(EMBER_ERR_BACKEND_MISMATCH, -100, "The provided tensors are not on the same backend.")       \
     X(EMBER_ERR_DEVICE_MISMATCH, -101, "Input tensor is on the wrong device")                      \
-    X(EMBER_ERR_QUANT_TRANSFER, -102, "Local transfer of quantized tensors is not supported yet")   \
+    X(EMBER_ERR_QUANT_TRANSFER, -102, "Local transfer of quantized tensors is not supported yet")  \
     X(EMBER_ERR_DTYPE_TRANSFER, -103, "Local transfer of this dtype is not supported yet")         \
     X(EMBER_ERR_FOREIGN_DEQUANTIZE, -104,                                                          \
       "dequantize must run on the backend that produced the tensor")                               \
