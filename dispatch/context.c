@@ -18,6 +18,7 @@ ember_options ember_options_default(void) {
     o.dynamic_activation_quant = 0;
     o.cpu_buffer_cache_mib = -1;
     o.opencl_buffer_cache_mib = -1;
+    o.cpu_pin_threads = -1;
     return o;
 }
 
@@ -92,6 +93,13 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
                   "context_create: dynamic_activation_quant must be 0 or 1, got %d",
                   o.dynamic_activation_quant);
 
+    if (o.cpu_pin_threads == -1 && (env = getenv("EMBER_CPU_PIN")) && *env) {
+        EMBER_FAIL_IF(strcmp(env, "0") != 0 && strcmp(env, "1") != 0, EMBER_ERR_INVALID_ARGUMENT,
+                      "context_create: EMBER_CPU_PIN=\"%s\" is not 0 or 1", env);
+        o.cpu_pin_threads = env[0] - '0';
+    }
+    EMBER_FAIL_IF(o.cpu_pin_threads < -1 || o.cpu_pin_threads > 1, EMBER_ERR_INVALID_ARGUMENT,
+                  "context_create: cpu_pin_threads must be -1, 0 or 1, got %d", o.cpu_pin_threads);
     EMBER_TRY(
         cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
     EMBER_TRY(cache_mib("opencl_buffer_cache_mib", "EMBER_OPENCL_BUFFER_CACHE_MIB",

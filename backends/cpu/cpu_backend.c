@@ -16,6 +16,7 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
     snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
+    s->pin_threads = opts->cpu_pin_threads != 0; /* -1 (the default) and 1: on */
     long long mib = opts->cpu_buffer_cache_mib;
     size_t cap = mib < 0 ? ember__bufcache_default_cap() : (size_t)mib << 20;
     ember_status st = ember__bufcache_init(&s->cache, cap);

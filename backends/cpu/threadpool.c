@@ -33,6 +33,7 @@ struct pool {
     worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
                                 the allocator's live count must not move behind the caller) */
     int nworkers;
+    int pinned; /* workers created pinned to one CPU */
     atomic_int stop;   /* set under mu; read by workers outside it too (after a generation bump) */
     ember__qtier tier; /* the int8 tier of this context */
     /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
@@ -98,6 +99,27 @@ static void *worker_main(void *v) {
     }
 }
 
+/* Thread attributes that pin a new thread to the n-th CPU (from 0) of `allowed`; 0 when that
+ * cannot be set up (then the thread is made without them). */
+static int pin_attr(const cpu_set_t *allowed, int n, pthread_attr_t *attr) {
+    int k = 0;
+    for (size_t c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, allowed) || k++ != n)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (pthread_attr_init(attr) != 0)
+            return 0;
+        if (pthread_attr_setaffinity_np(attr, sizeof one, &one) != 0) {
+            pthread_attr_destroy(attr);
+            return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     int nw = s->num_threads - 1;
     if (nw > POOL_MAX)
@@ -116,15 +138,37 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->job, NULL);
     p->tier = ember__qtier_select(s->max_isa);
+    /* worker i runs on the i-th CPU of the process's mask when there are CPUs for every thread
+     * (cpu_pin_threads; the first CPU is left to the calling thread, which is never pinned) */
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    const int pin = s->pin_threads && sched_getaffinity(0, sizeof allowed, &allowed) == 0 &&
+                    CPU_COUNT(&allowed) >= s->num_threads;
     for (int i = 0; i < nw; i++) {
         p->wc[i].p = p;
         p->wc[i].thread = i + 1;
-        if (pthread_create(&p->th[i], NULL, worker_main, &p->wc[i]) != 0)
+        pthread_attr_t attr;
+        int pinned = pin && pin_attr(&allowed, i + 1, &attr);
+        int rc = pthread_create(&p->th[i], pinned ? &attr : NULL, worker_main, &p->wc[i]);
+        if (pinned) {
+            pthread_attr_destroy(&attr);
+            if (rc != 0) { /* the CPU was refused: the worker runs where the scheduler puts it */
+                pinned = 0;
+                rc = pthread_create(&p->th[i], NULL, worker_main, &p->wc[i]);
+            }
+        }
+        if (rc != 0)
             break;
         p->nworkers = i + 1;
+        p->pinned += pinned;
     }
     s->kernels = p;
     return EMBER_OK;
+}
+
+int ember__cpu_pool_pinned(const ember__cpu_state *s) {
+    const pool *p = s ? s->kernels : NULL;
+    return p ? p->pinned : 0;
 }
 
 void ember__cpu_pool_stop(ember__cpu_state *s) {

@@ -1,0 +1,169 @@
+/* tests/test_cpu_pin.c: pinning the CPU pool's workers (ember_options.cpu_pin_threads,
+ * EMBER_CPU_PIN; backends/cpu/threadpool.c).
+ *
+ * Checks: by default, with at least num_threads CPUs in the process's mask, worker i runs on the
+ * mask's i-th CPU (a task run by worker 1 reports the second CPU); the calling thread's own mask
+ * is untouched; 0 (option or variable) leaves the workers unpinned, as does a pool with more
+ * threads than CPUs; bad settings fail context creation with INVALID_ARGUMENT and a detail;
+ * q_matmul gives the same bits pinned and unpinned. On a machine with one CPU the pinned case is
+ * reported and skipped (nothing to pin to). */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_backend.h"
+#include "test_util.h"
+
+static ember_context *ctx_pin(int pin, int threads) {
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.cpu_pin_threads = pin;
+    o.num_threads = threads;
+    ember_context *c = NULL;
+    TU_OK(ember_context_create(&o, &c));
+    return c;
+}
+
+static int cpus_allowed(cpu_set_t *set) {
+    CPU_ZERO(set);
+    return sched_getaffinity(0, sizeof *set, set) == 0 ? CPU_COUNT(set) : 0;
+}
+
+static int nth_cpu(const cpu_set_t *set, int n) {
+    int k = 0;
+    for (size_t c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, set) && k++ == n)
+            return (int)c;
+    return -1;
+}
+
+typedef struct probe {
+    int cpu[64];
+    int thread[64];
+} probe;
+
+static void where(void *arg, int64_t t, int thread) {
+    probe *p = arg;
+    volatile double x = 0; /* long enough for the worker to take a share */
+    for (int i = 0; i < 200000; i++)
+        x += i;
+    p->cpu[t] = sched_getcpu();
+    p->thread[t] = thread;
+}
+
+static void test_default_pins_workers(void) {
+    cpu_set_t before, after;
+    int n = cpus_allowed(&before);
+    if (n < 2) {
+        printf("(one CPU in the mask: nothing to pin to) ");
+        return;
+    }
+    ember_context *c = ctx_pin(-1, 2);
+    ember__cpu_state *s = ember__cpu_state_of(c);
+    CU_ASSERT_EQUAL(ember__cpu_pool_pinned(s), 1);
+    cpus_allowed(&after);
+    CU_ASSERT(CPU_EQUAL(&before, &after)); /* the caller is never pinned */
+    const int want = nth_cpu(&before, 1);
+    int seen = 0;
+    for (int round = 0; round < 50 && !seen; round++) {
+        probe p;
+        memset(&p, 0xff, sizeof p);
+        ember__cpu_parallel_for(s, 64, where, &p);
+        for (int t = 0; t < 64; t++)
+            if (p.thread[t] == 1) {
+                CU_ASSERT_EQUAL(p.cpu[t], want);
+                seen = 1;
+            }
+    }
+    CU_ASSERT(seen); /* the worker took tasks in at least one of 50 rounds */
+    ember_context_destroy(c);
+}
+
+static void test_off_and_oversubscribed(void) {
+    cpu_set_t set;
+    int n = cpus_allowed(&set);
+    ember_context *c = ctx_pin(0, 2);
+    CU_ASSERT_EQUAL(ember__cpu_pool_pinned(ember__cpu_state_of(c)), 0);
+    ember_context_destroy(c);
+    c = ctx_pin(1, n + 1); /* more threads than CPUs: nobody is pinned */
+    CU_ASSERT_EQUAL(ember__cpu_pool_pinned(ember__cpu_state_of(c)), 0);
+    ember_context_destroy(c);
+    setenv("EMBER_CPU_PIN", "0", 1);
+    c = ctx_pin(-1, 2);
+    CU_ASSERT_EQUAL(ember__cpu_pool_pinned(ember__cpu_state_of(c)), 0);
+    ember_context_destroy(c);
+    if (n >= 2) {
+        c = ctx_pin(1, 2); /* the option wins over the variable */
+        CU_ASSERT_EQUAL(ember__cpu_pool_pinned(ember__cpu_state_of(c)), 1);
+        ember_context_destroy(c);
+    }
+    unsetenv("EMBER_CPU_PIN");
+}
+
+static void test_bad_settings(void) {
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    ember_context *c = (ember_context *)(uintptr_t)0x1;
+    o.cpu_pin_threads = 2;
+    TU_ASSERT_STATUS(ember_context_create(&o, &c), EMBER_ERR_INVALID_ARGUMENT,
+                     "cpu_pin_threads must be -1, 0 or 1, got 2");
+    CU_ASSERT_PTR_NULL(c);
+    o.cpu_pin_threads = -1;
+    const char *bad[] = {"yes", "2", "-1", "01"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("EMBER_CPU_PIN", bad[i], 1);
+        c = (ember_context *)(uintptr_t)0x1;
+        TU_ASSERT_STATUS(ember_context_create(&o, &c), EMBER_ERR_INVALID_ARGUMENT,
+                         "EMBER_CPU_PIN=");
+        CU_ASSERT_PTR_NULL(c);
+    }
+    unsetenv("EMBER_CPU_PIN");
+}
+
+static void test_same_bits(void) {
+    const int64_t m = 37, k = 320, n = 200, sx[] = {m, k}, sw[] = {k, n};
+    float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
+    float *r[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
+    uint64_t seed = tu_seed();
+    tu_rand_f32(&seed, x, (size_t)(m * k), -2.0f, 2.0f);
+    tu_rand_f32(&seed, w, (size_t)(k * n), -1.0f, 1.0f);
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    for (int pin = 0; pin < 2; pin++) {
+        ember_context *c = ctx_pin(pin, 2);
+        ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
+        TU_OK(ember_tensor_from_data(c, cpu, EMBER_F32, 2, sx, x, &tx));
+        TU_OK(ember_tensor_from_data(c, cpu, EMBER_F32, 2, sw, w, &tw));
+        TU_OK(ember_quantize(tx, &q, &qx));
+        TU_OK(ember_quantize(tw, &q, &qw));
+        TU_OK(ember_q_matmul(qx, qw, &y));
+        TU_OK(ember_tensor_read(y, r[pin], (size_t)(m * n) * 4));
+        ember_tensor_free(y);
+        ember_tensor_free(qx);
+        ember_tensor_free(qw);
+        ember_tensor_free(tx);
+        ember_tensor_free(tw);
+        ember_context_destroy(c);
+    }
+    CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * 4), 0);
+    free(x);
+    free(w);
+    free(r[0]);
+    free(r[1]);
+}
+
+static CU_TestInfo pin_tests[] = {
+    {"by default worker i runs on the mask's i-th CPU", test_default_pins_workers},
+    {"off, oversubscribed, option over variable", test_off_and_oversubscribed},
+    {"bad settings fail context creation", test_bad_settings},
+    {"q_matmul: the same bits pinned and unpinned", test_same_bits},
+    CU_TEST_INFO_NULL,
+};
+
+static CU_SuiteInfo suites[] = {
+    {"cpu pin", NULL, NULL, NULL, NULL, pin_tests},
+    CU_SUITE_INFO_NULL,
+};
+
+int main(void) { return tu_run("test_cpu_pin", suites); }
