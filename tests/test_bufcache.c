@@ -179,26 +179,6 @@ static void test_bad_settings(void) {
     unsetenv("EMBER_CPU_BUFFER_CACHE_MIB");
 }
 
-/* Quantize x [m, k] and w [k, n] (Q8S per tensor) on dev in context c, q_matmul them and read the
- * f32 product into r; every tensor is freed again (so the next call can reuse the buffers). */
-static void qmm_once(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
-                     const float *x, const float *w, float *r) {
-    const int64_t sx[] = {m, k}, sw[] = {k, n};
-    ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
-    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sx, x, &tx));
-    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sw, w, &tw));
-    TU_OK(ember_quantize(tx, &q, &qx));
-    TU_OK(ember_quantize(tw, &q, &qw));
-    TU_OK(ember_q_matmul(qx, qw, &y));
-    TU_OK(ember_tensor_read(y, r, (size_t)(m * n) * sizeof(float)));
-    ember_tensor_free(y);
-    ember_tensor_free(qx);
-    ember_tensor_free(qw);
-    ember_tensor_free(tx);
-    ember_tensor_free(tw);
-}
-
 /* q_matmul writing into a reused (stale) buffer: the same bytes as a context without the cache. */
 static void test_qmatmul_in_reused_buffer(void) {
     const int64_t m = 96, k = 256, n = 1024; /* output 384 KiB: cached */
@@ -210,8 +190,8 @@ static void test_qmatmul_in_reused_buffer(void) {
     for (int round = 0; round < 3; round++) {
         tu_rand_f32(&s, x, (size_t)(m * k), -2.0f, 2.0f);
         tu_rand_f32(&s, w, (size_t)(k * n), -1.0f, 1.0f);
-        qmm_once(on, CPU, m, k, n, x, w, r[0]);
-        qmm_once(off, CPU, m, k, n, x, w, r[1]);
+        tu_q8_matmul(on, CPU, m, k, n, x, w, r[0]);
+        tu_q8_matmul(off, CPU, m, k, n, x, w, r[1]);
         CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * sizeof(float)), 0);
     }
     CU_ASSERT(cache_of(on)->hits >= 2); /* rounds 2 and 3 reused round 1's buffers */
@@ -325,8 +305,8 @@ static void test_cl_qmatmul_reuse(void) {
         float *res[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
         tu_rand_f32(&s, x, (size_t)(m * k), -2.0f, 2.0f);
         tu_rand_f32(&s, w, (size_t)(k * n), -1.0f, 1.0f);
-        qmm_once(on, CL0, m, k, n, x, w, res[0]);
-        qmm_once(off, CL0, m, k, n, x, w, res[1]);
+        tu_q8_matmul(on, CL0, m, k, n, x, w, res[0]);
+        tu_q8_matmul(off, CL0, m, k, n, x, w, res[1]);
         CU_ASSERT_EQUAL(memcmp(res[0], res[1], (size_t)(m * n) * 4), 0);
         free(x);
         free(w);

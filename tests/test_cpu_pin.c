@@ -122,28 +122,15 @@ static void test_bad_settings(void) {
 }
 
 static void test_same_bits(void) {
-    const int64_t m = 37, k = 320, n = 200, sx[] = {m, k}, sw[] = {k, n};
+    const int64_t m = 37, k = 320, n = 200;
     float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
     float *r[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
     uint64_t seed = tu_seed();
     tu_rand_f32(&seed, x, (size_t)(m * k), -2.0f, 2.0f);
     tu_rand_f32(&seed, w, (size_t)(k * n), -1.0f, 1.0f);
-    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
     for (int pin = 0; pin < 2; pin++) {
         ember_context *c = ctx_pin(pin, 2);
-        ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-        ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
-        TU_OK(ember_tensor_from_data(c, cpu, EMBER_F32, 2, sx, x, &tx));
-        TU_OK(ember_tensor_from_data(c, cpu, EMBER_F32, 2, sw, w, &tw));
-        TU_OK(ember_quantize(tx, &q, &qx));
-        TU_OK(ember_quantize(tw, &q, &qw));
-        TU_OK(ember_q_matmul(qx, qw, &y));
-        TU_OK(ember_tensor_read(y, r[pin], (size_t)(m * n) * 4));
-        ember_tensor_free(y);
-        ember_tensor_free(qx);
-        ember_tensor_free(qw);
-        ember_tensor_free(tx);
-        ember_tensor_free(tw);
+        tu_q8_matmul(c, TU_CPU, m, k, n, x, w, r[pin]);
         ember_context_destroy(c);
     }
     CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * 4), 0);

@@ -63,6 +63,24 @@ ember_context *tu_cpu_context(void) {
     return ctx;
 }
 
+void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
+                  const float *x, const float *w, float *r) {
+    const int64_t sx[] = {m, k}, sw[] = {k, n};
+    ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
+    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sx, x, &tx));
+    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sw, w, &tw));
+    TU_OK(ember_quantize(tx, &q, &qx));
+    TU_OK(ember_quantize(tw, &q, &qw));
+    TU_OK(ember_q_matmul(qx, qw, &y));
+    TU_OK(ember_tensor_read(y, r, (size_t)(m * n) * sizeof(float)));
+    ember_tensor_free(y);
+    ember_tensor_free(qx);
+    ember_tensor_free(qw);
+    ember_tensor_free(tx);
+    ember_tensor_free(tw);
+}
+
 void tu_check_status(const char *file, int line, ember_status got, ember_status want,
                      const char *needle) {
     CU_assertImplementation(got == want, (unsigned)line, "status as expected", file, "", CU_FALSE);

@@ -30,4 +30,9 @@ void tu_check_status(const char *file, int line, ember_status got, ember_status 
 ember_context *tu_cpu_context(void);
 extern const ember_device TU_CPU;
 
+/* Quantize x [m, k] and w [k, n] (Q8S per tensor) on dev of context c, q_matmul them and read the
+ * f32 product into r ([m, n]); every tensor is freed again. CU failures on any error. */
+void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
+                  const float *x, const float *w, float *r);
+
 #endif
