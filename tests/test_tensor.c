@@ -8,19 +8,9 @@
 #include "dispatch/internal.h"
 #include "test_util.h"
 
-/* Reading a freed handle is what the magic check is for; under AddressSanitizer that read is
- * itself reported, so there the poisoned handle is simulated (the same bytes free leaves). */
-#if defined(__SANITIZE_ADDRESS__)
-#define TU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TU_ASAN 1
-#endif
-#endif
-#ifndef TU_ASAN
-#define TU_ASAN 0
-#endif
-
+/* Reading a freed handle is what the magic check is for; under AddressSanitizer or
+ * ThreadSanitizer that read is itself reported, so there the poisoned handle is simulated (the same
+ * bytes free leaves; TU_SANITIZER, tests/util/test_util.h). */
 static ember_context *ctx;
 
 static int suite_init(void) {
@@ -441,7 +431,7 @@ static void test_free_and_misuse(void) {
     long live = ember__alloc_live();
     ember_tensor_free(t);
     CU_ASSERT_EQUAL(ember__alloc_live(), live - 2); /* handle and buffer */
-#if !TU_ASAN
+#if !TU_SANITIZER
     /* a freed handle still readable: MISUSE, and a second free is ignored (not under valgrind,
      * which reports that read as it should: valgrind.mk sets EMBER_UNDER_VALGRIND) */
     if (!getenv("EMBER_UNDER_VALGRIND")) {

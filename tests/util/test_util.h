@@ -24,6 +24,20 @@ void tu_check_status(const char *file, int line, ember_status got, ember_status 
 #define TU_ASSERT_STATUS(expr, code, needle)                                                       \
     tu_check_status(__FILE__, __LINE__, (expr), (code), (needle))
 
+/* 1 in a build whose sanitizer owns the allocator (AddressSanitizer, ThreadSanitizer): a read of
+ * freed memory is reported and an absurd request aborts instead of returning NULL, so tests that
+ * read a freed handle on purpose (the magic check) or ask for 2^45 bytes simulate or skip that. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TU_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TU_SANITIZER 1
+#endif
+#endif
+#ifndef TU_SANITIZER
+#define TU_SANITIZER 0
+#endif
+
 #define TU_OK(expr) TU_ASSERT_STATUS(expr, EMBER_OK, (const char *)NULL)
 
 /* A CPU-only context with defaults (the OpenCL backend off); CU_FAIL on error. */
