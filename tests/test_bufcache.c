@@ -149,7 +149,7 @@ static void test_off(void) {
     ember_context_destroy(c);
     unsetenv("EMBER_CPU_BUFFER_CACHE_MIB");
     c = ctx_with_cap(-1);
-    CU_ASSERT_EQUAL(cache_of(c)->cap, ember__bufcache_default_cap());
+    CU_ASSERT_EQUAL(cache_of(c)->cap, ember__cpu_bufcache_default_cap());
     CU_ASSERT(cache_of(c)->cap > 0 && cache_of(c)->cap <= ((size_t)512 << 20));
     ember_context_destroy(c);
 }
@@ -237,10 +237,10 @@ static void test_cl_reuse_trim(void) {
     TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n1, d1, &t));
     void *buf = t->buf;
     ember_tensor_free(t);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 1);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.n, 1);
     TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n2, d2, &u)); /* within 1/8: reused */
     CU_ASSERT_PTR_EQUAL(u->buf, buf);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_hits, 1);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.hits, 1);
     TU_OK(ember_tensor_read(u, got, sizeof got));
     CU_ASSERT_EQUAL(memcmp(got, d2, sizeof got), 0);
     /* the reused buffer is bounded by the new tensor's size, not by the larger cl_mem */
@@ -253,25 +253,25 @@ static void test_cl_reuse_trim(void) {
     ember_tensor_free(u);
     TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n3, d1, &v)); /* far smaller: not reused */
     CU_ASSERT_PTR_NOT_EQUAL(v->buf, buf);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_hits, 1);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.hits, 1);
     ember_tensor_free(v);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 2);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.n, 2);
     CU_ASSERT_EQUAL(ember__alloc_live(), live + 2); /* two handles kept */
     TU_OK(ember_context_trim(c));
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 0);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_held, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.n, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.held, 0);
     CU_ASSERT_EQUAL(ember__alloc_live(), live);
     ember_context_destroy(c);
 
     c = cl_ctx(0); /* off */
     TU_OK(ember_tensor_from_data(c, CL0, EMBER_F32, 1, &n1, d1, &t));
     ember_tensor_free(t);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_n, 0);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_cap, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.n, 0);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.cap, 0);
     ember_context_destroy(c);
     setenv("EMBER_OPENCL_BUFFER_CACHE_MIB", "7", 1);
     c = cl_ctx(-1);
-    CU_ASSERT_EQUAL(cl_dev(c)->bcache_cap, (size_t)7 << 20);
+    CU_ASSERT_EQUAL(cl_dev(c)->bcache.cap, (size_t)7 << 20);
     ember_context_destroy(c);
     setenv("EMBER_OPENCL_BUFFER_CACHE_MIB", "x7", 1);
     ember_options o = ember_options_default();
@@ -313,7 +313,7 @@ static void test_cl_qmatmul_reuse(void) {
         free(res[0]);
         free(res[1]);
     }
-    CU_ASSERT(cl_dev(on)->bcache_hits > 0);
+    CU_ASSERT(cl_dev(on)->bcache.hits > 0);
     ember_context_destroy(on);
     ember_context_destroy(off);
 }

@@ -6,32 +6,15 @@
 #ifndef EMBER_CPU_BACKEND_H
 #define EMBER_CPU_BACKEND_H
 
+#include "../../dispatch/bufcache.h"
 #include "../../dispatch/internal.h"
 
-/* Freed tensor buffers kept for reuse (backends/cpu/cpu_bufcache.c has the why and the policy). */
-#define EMBER__BUFCACHE_MIN ((size_t)256 << 10) /* smaller buffers go straight back to malloc */
-#define EMBER__BUFCACHE_SLOTS 32
-typedef struct ember__bufcache {
-    pthread_mutex_t lock;
-    int ready;   /* the lock exists */
-    int n;       /* entries, oldest first */
-    size_t cap;  /* bytes held at most; 0: the cache is off */
-    size_t held; /* bytes held now */
-    long hits;   /* allocations served from the cache (tests read it) */
-    struct {
-        void *p;
-        size_t bytes; /* malloc_usable_size(p) */
-    } e[EMBER__BUFCACHE_SLOTS];
-} ember__bufcache;
-ember_status ember__bufcache_init(ember__bufcache *c, size_t cap_bytes);
-void ember__bufcache_destroy(ember__bufcache *c);
-void ember__bufcache_trim(ember__bufcache *c);
-/* A cached buffer of at least bytes (at most 1/8 more), or NULL. */
-void *ember__bufcache_get(ember__bufcache *c, size_t bytes);
-/* Keep p (an ember__aligned_alloc block); 0 when the cache declines it (the caller frees it). */
-int ember__bufcache_put(ember__bufcache *c, void *p);
-/* 512 MiB, or 1/8 of physical memory when that is less. */
-size_t ember__bufcache_default_cap(void);
+/* The CPU buffer cache (dispatch/bufcache.h): buffers of 256 KiB or more, 32 at most; smaller ones
+ * go straight back to malloc. */
+#define EMBER__CPU_BUFCACHE_MIN ((size_t)256 << 10)
+#define EMBER__CPU_BUFCACHE_SLOTS 32
+/* Its default cap: 512 MiB, or 1/8 of physical memory when that is less. */
+size_t ember__cpu_bufcache_default_cap(void);
 
 typedef struct ember__cpu_state {
     ember_context *ctx;

@@ -130,8 +130,17 @@ static void device_facts(ember__cl_device *d) {
     clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof d->type, &d->type, NULL);
 }
 
-/* Give d a context and a queue. CL errors here mean "skip this device". */
-static int device_open(ember__cl_device *d) {
+/* A cached ember__cl_buf released for good (the buffer cache's release function). */
+static void cl_buf_release(void *p) {
+    ember__cl_buf *b = p;
+    if (b->mem)
+        clReleaseMemObject(b->mem);
+    ember__free(b);
+}
+
+/* Give d a context, a queue, its locks and a buffer cache of cache_cap bytes. CL errors here mean
+ * "skip this device". */
+static int device_open(ember__cl_device *d, size_t cache_cap) {
     cl_int err = CL_SUCCESS;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     d->ctx = clCreateContext(props, 1, &d->id, NULL, NULL, &err);
@@ -152,37 +161,27 @@ static int device_open(ember__cl_device *d) {
         d->queue = NULL;
         return 0;
     }
-    /* the device's locks: the program list, q_matmul's temporaries, kernel objects, the buffer
-     * cache; on a failure the ones made so far are destroyed and the device is skipped */
-    pthread_mutex_t *locks[] = {&d->lock, &d->qlock, &d->klock, &d->bcache_lock};
-    for (size_t i = 0; i < sizeof locks / sizeof locks[0]; i++) {
-        if (pthread_mutex_init(locks[i], NULL) != 0) {
-            while (i-- > 0)
-                pthread_mutex_destroy(locks[i]);
-            clReleaseCommandQueue(d->queue);
-            clReleaseContext(d->ctx);
-            d->ctx = NULL;
-            d->queue = NULL;
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Release every buffer in d's cache. */
-static void bcache_trim(ember__cl_device *d) {
-    pthread_mutex_lock(&d->bcache_lock);
-    for (int i = 0; i < d->bcache_n; i++) {
-        clReleaseMemObject(d->bcache[i]->mem);
-        ember__free(d->bcache[i]);
-    }
-    d->bcache_n = 0;
-    d->bcache_held = 0;
-    pthread_mutex_unlock(&d->bcache_lock);
+    /* the device's locks (the program list, q_matmul's temporaries, kernel objects) and its
+     * buffer cache; on a failure what was made so far is undone and the device is skipped */
+    pthread_mutex_t *locks[] = {&d->lock, &d->qlock, &d->klock};
+    const size_t nlocks = sizeof locks / sizeof locks[0];
+    size_t made = 0;
+    while (made < nlocks && pthread_mutex_init(locks[made], NULL) == 0)
+        made++;
+    if (made == nlocks && ember__bufcache_init(&d->bcache, cache_cap, 1, EMBER__CL_BCACHE_SLOTS, 0,
+                                               cl_buf_release) == EMBER_OK)
+        return 1;
+    while (made-- > 0)
+        pthread_mutex_destroy(locks[made]);
+    clReleaseCommandQueue(d->queue);
+    clReleaseContext(d->ctx);
+    d->ctx = NULL;
+    d->queue = NULL;
+    return 0;
 }
 
 static void device_close(ember__cl_device *d) {
-    if (d->queue)
+    if (d->queue) /* the queued work first: it may use the kernels, scratch and cached buffers */
         clFinish(d->queue);
     for (ember__cl_kentry *e = d->kernels, *next; e; e = next) {
         next = e->next;
@@ -200,11 +199,8 @@ static void device_close(ember__cl_device *d) {
         p = next;
     }
     d->programs = NULL;
-    if (d->queue)
-        clFinish(d->queue);
     ember__cl_scratch_release(d);
-    bcache_trim(d);
-    pthread_mutex_destroy(&d->bcache_lock);
+    ember__bufcache_destroy(&d->bcache);
     if (d->queue)
         clReleaseCommandQueue(d->queue);
     if (d->ctx)
@@ -293,15 +289,16 @@ static ember_status cl_init(ember_context *ctx, const ember_options *opts, void 
                        ctx->opencl_device);
                 continue;
             }
-            if (!device_open(d))
-                continue;
+            size_t cache_cap; /* opencl_buffer_cache_mib, by default 256 MiB or 1/16 of memory */
             if (opts->opencl_buffer_cache_mib >= 0) {
-                d->bcache_cap = (size_t)opts->opencl_buffer_cache_mib << 20;
-            } else { /* 256 MiB, or 1/16 of the device's memory when that is less */
-                d->bcache_cap = (size_t)256 << 20;
-                if (d->mem_bytes && d->mem_bytes / 16 < d->bcache_cap)
-                    d->bcache_cap = (size_t)(d->mem_bytes / 16);
+                cache_cap = (size_t)opts->opencl_buffer_cache_mib << 20;
+            } else {
+                cache_cap = (size_t)256 << 20;
+                if (d->mem_bytes && d->mem_bytes / 16 < cache_cap)
+                    cache_cap = (size_t)(d->mem_bytes / 16);
             }
+            if (!device_open(d, cache_cap))
+                continue;
             ember__cl_qpath_choose(d, forced);
             CL_LOG("opencl:%d = %s (%s, %s), int8 path %s\n", s->ndev, d->name, d->platform_name,
                    d->version, d->int8_path);
@@ -383,29 +380,11 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
     EMBER_FAIL_IF(bytes > d->max_alloc && d->max_alloc, EMBER_ERR_OUT_OF_MEMORY,
                   "opencl:%d: %zu bytes exceed the device's largest allocation (%llu bytes)", dev,
                   bytes, (unsigned long long)d->max_alloc);
-    if (bytes && d->bcache_cap) { /* the smallest cached buffer that fits, at most 1/8 larger */
-        pthread_mutex_lock(&d->bcache_lock);
-        int best = -1;
-        for (int i = 0; i < d->bcache_n; i++) {
-            const size_t c = d->bcache[i]->cap;
-            if (c >= bytes && c - bytes <= bytes / 8 && (best < 0 || c < d->bcache[best]->cap))
-                best = i;
-        }
-        ember__cl_buf *hit = NULL;
-        if (best >= 0) {
-            hit = d->bcache[best];
-            d->bcache_held -= hit->cap;
-            memmove(&d->bcache[best], &d->bcache[best + 1],
-                    (size_t)(d->bcache_n - 1 - best) * sizeof d->bcache[0]);
-            d->bcache_n--;
-            d->bcache_hits++;
-        }
-        pthread_mutex_unlock(&d->bcache_lock);
-        if (hit) {
-            hit->bytes = bytes;
-            *buf = hit;
-            return EMBER_OK;
-        }
+    ember__cl_buf *hit = ember__bufcache_get(&d->bcache, bytes);
+    if (hit) { /* a freed buffer of cap >= bytes (at most 1/8 more) */
+        hit->bytes = bytes;
+        *buf = hit;
+        return EMBER_OK;
     }
     ember__cl_buf *b = ember__calloc(1, sizeof *b);
     EMBER_FAIL_IF(!b, EMBER_ERR_OUT_OF_MEMORY, "opencl: no memory for a buffer handle");
@@ -430,34 +409,14 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
 
 static void cl_buffer_free(void *state, int dev, void *buf) {
     ember__cl_buf *b = buf;
-    if (!b)
-        return;
-    ember__cl_device *d = &((ember__cl_state *)state)->dev[dev];
-    if (b->mem && d->bcache_cap && b->cap <= d->bcache_cap) {
-        pthread_mutex_lock(&d->bcache_lock);
-        while (d->bcache_n > 0 &&
-               (d->bcache_held + b->cap > d->bcache_cap || d->bcache_n == EMBER__CL_BCACHE_SLOTS)) {
-            ember__cl_buf *old = d->bcache[0]; /* the oldest goes */
-            d->bcache_held -= old->cap;
-            memmove(&d->bcache[0], &d->bcache[1], (size_t)(d->bcache_n - 1) * sizeof d->bcache[0]);
-            d->bcache_n--;
-            clReleaseMemObject(old->mem);
-            ember__free(old);
-        }
-        d->bcache[d->bcache_n++] = b;
-        d->bcache_held += b->cap;
-        pthread_mutex_unlock(&d->bcache_lock);
-        return;
-    }
-    if (b->mem)
-        clReleaseMemObject(b->mem);
-    ember__free(b);
+    if (b && !ember__bufcache_put(&((ember__cl_state *)state)->dev[dev].bcache, b, b->cap))
+        cl_buf_release(b);
 }
 
 static void cl_trim(void *state) {
     ember__cl_state *s = state;
     for (int i = 0; s && i < s->ndev; i++)
-        bcache_trim(&s->dev[i]);
+        ember__bufcache_trim(&s->dev[i].bcache);
 }
 
 static ember_status cl_upload(void *state, int dev, void *buf, size_t off, const void *src,

@@ -38,6 +38,7 @@
 #endif
 #include <CL/cl.h>
 
+#include "../../dispatch/bufcache.h"
 #include "../../dispatch/internal.h"
 
 typedef struct ember__cl_buf {
@@ -46,7 +47,7 @@ typedef struct ember__cl_buf {
     size_t cap;   /* mem's size (>= bytes: a buffer reused from the device's cache may be larger) */
 } ember__cl_buf;
 
-#define EMBER__CL_BCACHE_SLOTS 64
+#define EMBER__CL_BCACHE_SLOTS 64 /* buffers in a device's cache at most */
 
 typedef struct ember__cl_program {
     struct ember__cl_program *next;
@@ -107,14 +108,10 @@ typedef struct ember__cl_device {
     cl_mem scratch[EMBER__CL_SCRATCH_SLOTS];
     size_t scratch_bytes[EMBER__CL_SCRATCH_SLOTS];
     cl_mem consts[2]; /* [0]: a cl_long 0 (a batch of one's offset table); [1]: a 1.0f */
-    /* Freed tensor buffers kept for reuse (cl_backend.c, cl_buffer_alloc / cl_buffer_free): the
-     * queue is in order, so a reused buffer's new contents are written after the commands that
-     * read its old ones. Oldest first; bcache_cap 0: off. */
-    pthread_mutex_t bcache_lock;
-    ember__cl_buf *bcache[EMBER__CL_BCACHE_SLOTS];
-    int bcache_n;
-    size_t bcache_held, bcache_cap;
-    long bcache_hits; /* tests read it */
+    /* Freed tensor buffers (ember__cl_buf, keyed by cap) kept for reuse (dispatch/bufcache.h):
+     * the queue is in order, so a reused buffer's new contents are written after the commands
+     * that read its old ones. */
+    ember__bufcache bcache;
     /* Kernel objects by (program, name), created on first launch: clCreateKernel per launch cost
      * host time on every op. klock is held from the lookup to the enqueue, as a kernel object's
      * arguments are shared state. */
