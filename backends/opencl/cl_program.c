@@ -383,40 +383,37 @@ ember_status ember__cl_run_kernel(ember__cl_state *s, int dev, const char *op, c
                                   const char *kernel, int nargs, const ember__cl_arg *args,
                                   cl_uint dims, const size_t *global, const size_t *local) {
     ember__cl_device *d = &s->dev[dev];
-    cl_int err = CL_SUCCESS;
-    if (ember__cl_kernel_cache && strlen(kernel) < sizeof d->kernels->name) {
+    const int cache = ember__cl_kernel_cache && strlen(kernel) < sizeof d->kernels->name;
+    if (cache) {
         pthread_mutex_lock(&d->klock);
-        ember__cl_kentry *e = d->kernels;
-        while (e && (e->prog != p || strcmp(e->name, kernel) != 0))
-            e = e->next;
-        if (!e) {
-            cl_kernel k = clCreateKernel(p, kernel, &err);
-            if (!k || err != CL_SUCCESS) {
+        for (ember__cl_kentry *e = d->kernels; e; e = e->next)
+            if (e->prog == p && strcmp(e->name, kernel) == 0) {
+                ember_status st =
+                    set_and_enqueue(s, dev, op, e->k, nargs, args, dims, global, local);
                 pthread_mutex_unlock(&d->klock);
-                return ember__cl_fail(op, "clCreateKernel", dev, err);
-            }
-            e = ember__malloc(sizeof *e);
-            if (!e) { /* not kept: this launch runs with a kernel of its own */
-                pthread_mutex_unlock(&d->klock);
-                ember_status st = set_and_enqueue(s, dev, op, k, nargs, args, dims, global, local);
-                clReleaseKernel(k);
                 return st;
             }
-            e->prog = p;
-            snprintf(e->name, sizeof e->name, "%s", kernel);
-            e->k = k;
-            e->next = d->kernels;
-            d->kernels = e;
-        }
-        ember_status st = set_and_enqueue(s, dev, op, e->k, nargs, args, dims, global, local);
-        pthread_mutex_unlock(&d->klock);
-        return st;
     }
+    cl_int err = CL_SUCCESS;
     cl_kernel k = clCreateKernel(p, kernel, &err);
-    if (!k || err != CL_SUCCESS)
+    if (!k || err != CL_SUCCESS) {
+        if (cache)
+            pthread_mutex_unlock(&d->klock);
         return ember__cl_fail(op, "clCreateKernel", dev, err);
+    }
+    ember__cl_kentry *e = cache ? ember__malloc(sizeof *e) : NULL;
+    if (e) { /* kept for the next launches (no memory for the entry: used once) */
+        e->prog = p;
+        snprintf(e->name, sizeof e->name, "%s", kernel);
+        e->k = k;
+        e->next = d->kernels;
+        d->kernels = e;
+    }
     ember_status st = set_and_enqueue(s, dev, op, k, nargs, args, dims, global, local);
-    clReleaseKernel(k);
+    if (cache)
+        pthread_mutex_unlock(&d->klock);
+    if (!e)
+        clReleaseKernel(k);
     return st;
 }
 
