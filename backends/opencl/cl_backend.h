@@ -223,6 +223,12 @@ static inline cl_mem ember__cl_mem(const ember_tensor *t) {
 /* Round n up to a multiple of m (m > 0). */
 static inline size_t ember__cl_round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
+/* Work-group size for the 1-D elementwise kernels (256, or the device's limit when lower); global
+ * sizes are rounded up to it. */
+static inline size_t ember__cl_wg1(const ember__cl_device *d) {
+    return d->max_wg >= 256 ? 256 : d->max_wg;
+}
+
 /* ---- f32 ops (cl_ops.c) ---- */
 ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                                 const ember_tensor *b, ember_tensor *c);

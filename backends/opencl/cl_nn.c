@@ -10,9 +10,6 @@
 #include "../../dispatch/nn.h"
 #include "cl_backend.h"
 
-/* 1-D work-group size for the elementwise kernels; global sizes are rounded up to it. */
-static size_t wg1(const ember__cl_device *d) { return d->max_wg >= 256 ? 256 : d->max_wg; }
-
 /* The power-of-two work-group size of the row reductions (<= 256, <= the device's limit). */
 static size_t wg_rows(const ember__cl_device *d) {
     size_t l = 1;
@@ -23,7 +20,7 @@ static size_t wg_rows(const ember__cl_device *d) {
 
 static ember_status launch1(ember__cl_state *s, int dev, const char *op, const char *kernel,
                             int nargs, const ember__cl_arg *args, size_t n) {
-    size_t l = wg1(&s->dev[dev]);
+    size_t l = ember__cl_wg1(&s->dev[dev]);
     size_t g = ember__cl_round_up(n, l);
     return ember__cl_launch(s, dev, op, "nn", "-DL=1", kernel, nargs, args, 1, &g, &l);
 }
@@ -84,7 +81,7 @@ static ember_status cl_select(void *state, int dev, const ember_tensor *x,
     const ember__cl_arg args[] = {EMBER_CL_ARG(o), EMBER_CL_ARG(nn),   EMBER_CL_ARG(ni),
                                   EMBER_CL_ARG(w), EMBER_CL_ARG(wide), EMBER_CL_ARG(X),
                                   EMBER_CL_ARG(I), EMBER_CL_ARG(i64),  EMBER_CL_ARG(O)};
-    size_t l[2] = {wg1(&s->dev[dev]), 1};
+    size_t l[2] = {ember__cl_wg1(&s->dev[dev]), 1};
     size_t g[2] = {ember__cl_round_up((size_t)w, l[0]), (size_t)(outer * n_idx)};
     return ember__cl_launch(s, dev, "select", "nn", "-DL=1", "select_rows", 9, args, 2, g, l);
 }

@@ -39,9 +39,6 @@ int ember__cl_gemm_rows(const ember__cl_state *s, int dev, int64_t m) {
     return (s->dev[dev].type & CL_DEVICE_TYPE_CPU) != 0;
 }
 
-/* Work-group size for the 1-D elementwise kernels; global sizes are rounded up to it. */
-static size_t wg1(const ember__cl_device *d) { return d->max_wg >= 256 ? 256 : d->max_wg; }
-
 ember_status ember__cl_gemm_f32(void *state, int dev, const ember__gemm *g, const ember_tensor *a,
                                 const ember_tensor *b, ember_tensor *c) {
     ember__cl_state *s = state;
@@ -109,7 +106,7 @@ ember_status ember__cl_binary_f32(void *state, int dev, ember__binop op, const e
     const ember__cl_arg args[] = {EMBER_CL_ARG(opi),   EMBER_CL_ARG(rank), EMBER_CL_ARG(total),
                                   EMBER_CL_ARG(shape), EMBER_CL_ARG(as),   EMBER_CL_ARG(bs),
                                   EMBER_CL_ARG(A),     EMBER_CL_ARG(B),    EMBER_CL_ARG(O)};
-    size_t l = wg1(&s->dev[dev]);
+    size_t l = ember__cl_wg1(&s->dev[dev]);
     size_t gsz = ember__cl_round_up(out->numel, l);
     return ember__cl_launch(s, dev, op == EMBER__BINOP_ADD ? "add" : "mul", "elementwise", "",
                             "binary_f32", (int)(sizeof args / sizeof args[0]), args, 1, &gsz, &l);
@@ -131,7 +128,7 @@ ember_status ember__cl_sum_rows_f32(void *state, int dev, const ember_tensor *x,
     cl_long r = rows, c = cols;
     const ember__cl_arg args[] = {EMBER_CL_ARG(X), EMBER_CL_ARG(r), EMBER_CL_ARG(c),
                                   EMBER_CL_ARG(O)};
-    size_t l = wg1(&s->dev[dev]);
+    size_t l = ember__cl_wg1(&s->dev[dev]);
     size_t gsz = ember__cl_round_up((size_t)cols, l);
     return ember__cl_launch(s, dev, "sum_rows", "elementwise", "", "sum_rows_f32", 4, args, 1, &gsz,
                             &l);
@@ -168,7 +165,7 @@ ember_status ember__cl_convert_mem(ember__cl_state *s, int dev, const char *op, 
     cl_long nn = (cl_long)n;
     const ember__cl_arg args[] = {EMBER_CL_ARG(kind), EMBER_CL_ARG(nn),  EMBER_CL_ARG(src),
                                   EMBER_CL_ARG(src),  EMBER_CL_ARG(dst), EMBER_CL_ARG(dst)};
-    size_t l = wg1(&s->dev[dev]);
+    size_t l = ember__cl_wg1(&s->dev[dev]);
     size_t gsz = ember__cl_round_up(n, l);
     return ember__cl_launch(s, dev, op, "elementwise", "", "convert_f", 6, args, 1, &gsz, &l);
 }

@@ -11,13 +11,9 @@
 #pragma OPENCL FP_CONTRACT OFF
 #ifdef EMBER_HAVE_FP64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-typedef double acc_t;
-#define ACC_EXP(v) exp(v)
-#define ACC_LOG(v) log(v)
+typedef double acc_t; /* exp / log below are acc_t's overloads */
 #else
 typedef float acc_t;
-#define ACC_EXP(v) exp(v)
-#define ACC_LOG(v) log(v)
 #endif
 
 __kernel void relu_f32(const long n, __global const float *x, __global float *out) {
@@ -124,7 +120,7 @@ static void row_stats(__global const float *xr, const long cols, __local float *
     const acc_t mm = (acc_t)group_max(redf, m);
     acc_t s = 0;
     for (long j = t; j < cols; j += L)
-        s += ACC_EXP((acc_t)xr[j] - mm);
+        s += exp((acc_t)xr[j] - mm);
     *s_out = group_sum(reda, s);
     *m_out = mm;
 }
@@ -140,7 +136,7 @@ softmax_f32(const long cols, __global const float *x, __global float *out) {
     acc_t m, s;
     row_stats(xr, cols, redf, reda, &m, &s);
     for (long j = (long)get_local_id(0); j < cols; j += L)
-        o[j] = (float)(ACC_EXP((acc_t)xr[j] - m) / s);
+        o[j] = (float)(exp((acc_t)xr[j] - m) / s);
 }
 
 /* One work-group per row: row_loss[r] = logsumexp(x_r) - x_r[t]; with want_grad, dlogits[r, j] =
@@ -157,12 +153,12 @@ cross_entropy_f32(const long rows, const long cols, __global const float *x,
     acc_t m, s;
     row_stats(xr, cols, redf, reda, &m, &s);
     if (get_local_id(0) == 0)
-        row_loss[r] = m + ACC_LOG(s) - (acc_t)xr[t];
+        row_loss[r] = m + log(s) - (acc_t)xr[t];
     if (want_grad) {
         const acc_t inv_rows = (acc_t)1 / (acc_t)rows;
         __global float *g = dlogits + r * cols;
         for (long j = (long)get_local_id(0); j < cols; j += L) {
-            const acc_t p = ACC_EXP((acc_t)xr[j] - m) / s;
+            const acc_t p = exp((acc_t)xr[j] - m) / s;
             g[j] = (float)((p - (j == t ? (acc_t)1 : (acc_t)0)) * inv_rows);
         }
     }
