@@ -538,15 +538,9 @@ static void usage(const char *argv0) {
 }
 
 int main(int argc, char **argv) {
-    /* The rows are interleaved on a machine of few cores: a library whose idle threads keep
-     * spinning long after its call slows the row after it. Give OpenBLAS (2^4 cycles) and OpenMP /
-     * oneDNN (20000 spins) short idle spins, as ember's pool has, unless the caller chose. Both are
-     * read when the libraries load, so the tool re-executes itself (with the core type below). */
-    int respawn = 0;
-    if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
-        respawn = !setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-    if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
-        respawn = !setenv("GOMP_SPINCOUNT", "20000", 1) || respawn;
+    /* short idle spins for the interleaved rows (blas_coretype.h); the re-execution for them
+     * also serves the core type when ember_tool_blas_coretype does not re-execute itself */
+    int respawn = ember_tool_short_spins();
     ember_tool_blas_coretype(argv, bench_blas_core());
     if (respawn) {
         fflush(NULL);

@@ -39,6 +39,7 @@
 #include <cblas.h>
 
 #include "backends/cpu/qgemm.h"
+#include "blas_coretype.h"
 
 #ifdef EMBER_BENCH_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -298,13 +299,7 @@ static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "emb
 int main(int argc, char **argv) {
     if (!getenv("OPENBLAS_CORETYPE")) {
         setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-        /* Interleaved rows share two cores: a library whose idle threads keep spinning for long
-         * after its call slows the next row. Give OpenBLAS (2^4 cycles) and OpenMP / oneDNN
-         * (20000 spins) short idle spins, as ember's pool has (about 1000 pauses). */
-        if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
-            setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
-        if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
-            setenv("GOMP_SPINCOUNT", "20000", 1);
+        ember_tool_short_spins(); /* interleaved rows share two cores (blas_coretype.h) */
         execv("/proc/self/exe", argv);
     }
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0, blas_apart = 0;

@@ -37,6 +37,20 @@ static inline const char *ember_tool_wanted_coretype(const char *current_core) {
     return NULL;
 }
 
+/* Benchmarks that interleave rows on a machine of few cores: a library whose idle threads keep
+ * spinning long after its call slows the row after it. Give OpenBLAS (2^4 cycles) and OpenMP /
+ * oneDNN (20000 spins) short idle spins, as ember's pool has (about 1000 pauses), unless the
+ * caller chose. Both are read when the libraries load: returns 1 when it set a variable (the tool
+ * must re-execute itself for it to take effect), else 0. */
+static inline int ember_tool_short_spins(void) {
+    int set = 0;
+    if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
+        set = !setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+    if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
+        set = !setenv("GOMP_SPINCOUNT", "20000", 1) || set;
+    return set;
+}
+
 /* Call first thing in main(), with main's argv and the core OpenBLAS runs now
  * (openblas_get_corename(), or ember_device_info.blas_core). Returns only when no re-exec was
  * needed or it failed. */
