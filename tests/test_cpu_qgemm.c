@@ -308,13 +308,17 @@ static void test_direct(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130},
+    /* n 9000: a task wider than the kernel's 2048-column pass; k 301: chunks of 32 and a
+     * partial group of 4; n 130: a partial piece of 64 */
+    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130, 9000},
                          ks[] = {1, 2, 7, 64, 301};
     int ran = 0;
     for (size_t a = 0; a < 4; a++)
-        for (size_t b = 0; b < 5; b++)
+        for (size_t b = 0; b < 6; b++)
             for (size_t c = 0; c < 5; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
+                if (n > 1000 && k > 64)
+                    continue;
                 int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
                 int32_t *C = malloc((size_t)(m * n) * 4);
                 float *F = malloc((size_t)(m * n) * 4), sa[16], *sb = malloc((size_t)n * 4);
@@ -350,6 +354,12 @@ static void test_direct(void) {
             }
     if (!ran)
         printf("\n  direct kernel: no AVX-512 on this machine, skipped");
+    /* more rows than the kernel takes: declined, nothing written */
+    int8_t a17[17 * 8] = {1}, b8[8 * 4] = {1};
+    float c17[17 * 4] = {42.0f};
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a17, 8, NULL, b8, 4, NULL, c17, NULL, 4),
+                    EMBER_ERR_QUANT_UNSUPPORTED);
+    CU_ASSERT_EQUAL(c17[0], 42.0f);
     ember_context_destroy(ctx);
 }
 

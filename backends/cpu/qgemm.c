@@ -675,27 +675,56 @@ ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t
 typedef struct direct_arg {
     const ember__qdirect *d;
     int64_t nb;
+    uint8_t *work[64];
 } direct_arg;
 
 static void direct_task(void *varg, int64_t task, int thread) {
-    (void)thread;
     const direct_arg *a = varg;
-    ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb);
+    ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
 }
 
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc) {
-    if (!ember__qtier_available(EMBER__QT_AVX512) || (s && ember__cpu_tier(s) < EMBER__QT_AVX512))
+    if (!ember__qtier_available(EMBER__QT_AVX512) || (s && ember__cpu_tier(s) < EMBER__QT_AVX512) ||
+        m > EMBER__DIRECT_M)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (m <= 0 || n <= 0)
         return EMBER_OK;
-    ember__qdirect d = {m, n, k, A, B, lda, ldb, sa, sb, C, C32, ldc};
+    /* A's rows padded with zeros to whole groups of 4 k (the kernel reads 4 bytes at a time),
+     * their sums (the bias correction), and each thread's buffers */
     const int nt = s ? s->num_threads : 1;
-    int64_t want = (int64_t)nt * 8;
-    int64_t nb = round_up((n + want - 1) / want, 64);
-    direct_arg a = {&d, nb};
+    const int nw = nt < 64 ? nt : 64;
+    const int64_t k4 = round_up(k > 0 ? k : 1, 4);
+    const size_t abytes = round_up64((size_t)(m * k4)), rbytes = round_up64((size_t)m * 4);
+    const size_t wbytes = round_up64(ember__qdirect_work_bytes());
+    const size_t total = abytes + rbytes + wbytes * (size_t)nw;
+    uint8_t *mem = ember__cpu_scratch_get(s, total);
+    const int from_scratch = mem != NULL;
+    if (!mem)
+        mem = ember__aligned_alloc(total);
+    EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
+                  "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m, (long long)k);
+    int8_t *ap = (int8_t *)mem;
+    int32_t *rs = (int32_t *)(mem + abytes);
+    for (int64_t i = 0; i < m; i++) {
+        memcpy(ap + i * k4, A + i * lda, (size_t)k);
+        memset(ap + i * k4 + k, 0, (size_t)(k4 - k));
+        rs[i] = sum_s8(A + i * lda, k);
+    }
+    ember__qdirect d = {m, n, k, ap, B, k4, ldb, sa, sb, C, C32, ldc, rs};
+    /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
+    int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
+    if (nb < 256)
+        nb = 256;
+    direct_arg a = {&d, nb, {0}};
+    for (int q = 0; q < nw; q++)
+        a.work[q] = mem + abytes + rbytes + wbytes * (size_t)q;
     ember__cpu_parallel_for(s, (n + nb - 1) / nb, direct_task, &a);
+    if (from_scratch)
+        ember__cpu_scratch_put(s);
+    else
+        ember__aligned_free(mem);
     return EMBER_OK;
 }

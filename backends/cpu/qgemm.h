@@ -99,7 +99,8 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
 /* Without packing (a first call with few rows, 8-bit B, one chunk): C[i, j] = sa[i] * sb[j] *
  * (A row i . B column j) with B int8 row-major [k, n] (ldb), sa [m] and sb [n] (NULL: 1). Exact
  * int32 sums into C32 instead when C32 is given. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing
- * recorded, nothing written) when no tier can (AVX-512 BW is needed): pack instead. */
+ * recorded, nothing written) when no tier can (AVX-512 VNNI is needed) or m > EMBER__DIRECT_M: pack
+ * instead. */
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32, int64_t ldc);
@@ -115,15 +116,21 @@ ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t
 /* ---- between qgemm.c and the tier files ---- */
 typedef struct ember__qdirect {
     int64_t m, n, k;
-    const int8_t *a, *b;
+    const int8_t *a, *b; /* a: m rows of roundup(k, 4) bytes (zero padded), stride lda */
     int64_t lda, ldb;
     const float *sa, *sb;
     float *c;
     int32_t *c32;
     int64_t ldc;
+    const int32_t *rs; /* the sum of each row of A */
 } ember__qdirect;
-/* columns [j0, j1) (j0 % 64 == 0), every row (qgemm_avx512.c) */
-void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1);
+/* The direct kernel's rows (at most) and columns per pass over B */
+#define EMBER__DIRECT_M 16
+#define EMBER__DIRECT_W 2048
+/* columns [j0, j1) (j0 % 64 == 0), every row (qgemm_avx512.c); work: a 64-byte aligned buffer of
+ * ember__qdirect_work_bytes() for this call alone */
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
+size_t ember__qdirect_work_bytes(void);
 
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
  * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride

@@ -221,105 +221,173 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
 }
 
 /* ---- direct kernel: int8 B read as it is stored (row-major), no packing ----
- * For a first call with few rows: the products of two B rows k, k+1 and the A pair
- * (a[k], a[k+1]) are formed with VPMADDWD on sign-extended words (exact), 64 columns a step.
- * unpacklo/hi_epi16 work per 128-bit lane, so accumulator lo holds columns 8L..8L+3 in lane L and
- * hi columns 8L+4..8L+7; one permutation per output block restores the order. */
+ * For a first call with few rows. A task's columns are walked in pieces of up to
+ * EMBER__DIRECT_W columns and K chunks of DIRECT_KC rows. Each chunk of B is read once, four rows
+ * at a time from left to right (four sequential streams the hardware prefetchers follow; column
+ * strips of 64 bytes a row, one page each, ran at half the bandwidth), interleaved in registers
+ * into groups of 4 k per column, biased to unsigned (the layout VPDPBUSD takes) and staged in a
+ * per-thread buffer; then every 4-row group of A multiplies the staged chunk with VPDPBUSD (biased
+ * B x a broadcast of 4 signed A bytes), its sums carried between chunks in a second per-thread
+ * buffer. The bias comes off once at the end (128 x the row's sum). The interleave leaves in lane
+ * L of register q the columns 16L + 4q .. 16L + 4q + 3; a 4 x 4 transpose of 128-bit lanes
+ * restores the order once per output block. */
+#define DIRECT_KC 32
+#define DIRECT_PFD 4
 
-/* rows [i, i + MR), columns [j, j + 64) (tail masked), whole K */
-EMBER__INLINE void direct_micro(const ember__qdirect *d, int64_t i, int64_t j, const int MR) {
-    const int64_t k = d->k, n = d->n;
-    const int64_t nv = n - j < 64 ? n - j : 64;
-    const __mmask64 lm = nv >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nv) - 1);
-    __m512i acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; r++)
-        acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = _mm512_setzero_si512();
-    const int8_t *b = d->b + j;
-    int64_t kk = 0;
-    for (; kk + 2 <= k; kk += 2) {
-        /* a 64-byte piece per row at a large stride: no hardware prefetcher follows that */
-        _mm_prefetch((const char *)(b + (kk + 24) * d->ldb), _MM_HINT_T0);
-        _mm_prefetch((const char *)(b + (kk + 25) * d->ldb), _MM_HINT_T0);
-        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
-        __m512i r1 = _mm512_maskz_loadu_epi8(lm, b + (kk + 1) * d->ldb);
-        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
-        __m512i w1 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r1));
-        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
-        __m512i v1 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r1, 1));
-        __m512i p0 = _mm512_unpacklo_epi16(w0, w1), p1 = _mm512_unpackhi_epi16(w0, w1);
-        __m512i p2 = _mm512_unpacklo_epi16(v0, v1), p3 = _mm512_unpackhi_epi16(v0, v1);
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; r++) {
-            const int8_t *a = d->a + (i + r) * d->lda + kk;
-            uint32_t pair =
-                (uint32_t)(uint16_t)(int16_t)a[0] | ((uint32_t)(uint16_t)(int16_t)a[1] << 16);
-            __m512i x = _mm512_set1_epi32((int32_t)pair);
-            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
-            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
-            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
-            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
-        }
-    }
-    if (kk < k) { /* the odd last row, paired with zeros */
-        __m512i r0 = _mm512_maskz_loadu_epi8(lm, b + kk * d->ldb);
-        __m512i w0 = _mm512_cvtepi8_epi16(_mm512_castsi512_si256(r0));
-        __m512i v0 = _mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(r0, 1));
-        const __m512i z = _mm512_setzero_si512();
-        __m512i p0 = _mm512_unpacklo_epi16(w0, z), p1 = _mm512_unpackhi_epi16(w0, z);
-        __m512i p2 = _mm512_unpacklo_epi16(v0, z), p3 = _mm512_unpackhi_epi16(v0, z);
-#pragma GCC unroll 4
-        for (int r = 0; r < MR; r++) {
-            __m512i x = _mm512_set1_epi32(
-                (int32_t)(uint32_t)(uint16_t)(int16_t)d->a[(i + r) * d->lda + kk]);
-            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_madd_epi16(p0, x));
-            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_madd_epi16(p1, x));
-            acc[r][2] = _mm512_add_epi32(acc[r][2], _mm512_madd_epi16(p2, x));
-            acc[r][3] = _mm512_add_epi32(acc[r][3], _mm512_madd_epi16(p3, x));
-        }
-    }
-    /* lane L of lo: columns 8L..8L+3, of hi: 8L+4..8L+7 -> columns 0..15 and 16..31 */
-    const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-    const __m512i ib =
-        _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-#pragma GCC unroll 4
-    for (int r = 0; r < MR; r++) {
-        __m512i c[4] = {_mm512_permutex2var_epi32(acc[r][0], ia, acc[r][1]),
-                        _mm512_permutex2var_epi32(acc[r][0], ib, acc[r][1]),
-                        _mm512_permutex2var_epi32(acc[r][2], ia, acc[r][3]),
-                        _mm512_permutex2var_epi32(acc[r][2], ib, acc[r][3])};
-        for (int q = 0; q < 4; q++) {
-            const __mmask16 m = tail_mask(nv - 16 * q);
-            if (!m)
-                break;
-            if (d->c32) {
-                _mm512_mask_storeu_epi32(d->c32 + (i + r) * d->ldc + j + 16 * q, m, c[q]);
-                continue;
+/* 4 rows of 64 int8 (lanes of lm; rows past K are zero) -> 4 biased interleaved registers */
+EMBER__INLINE void direct_stage4(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t *dst) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512i ab0 = _mm512_unpacklo_epi8(r0, r1), ab1 = _mm512_unpackhi_epi8(r0, r1);
+    __m512i cd0 = _mm512_unpacklo_epi8(r2, r3), cd1 = _mm512_unpackhi_epi8(r2, r3);
+    _mm512_store_si512(dst, _mm512_xor_si512(_mm512_unpacklo_epi16(ab0, cd0), bias));
+    _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_unpackhi_epi16(ab0, cd0), bias));
+    _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_unpacklo_epi16(ab1, cd1), bias));
+    _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_unpackhi_epi16(ab1, cd1), bias));
+}
+
+/* the group of 4 rows [kk, kk + 4) of the jn columns from jt -> dst (256 bytes a piece of 64) */
+static void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
+                               uint8_t *dst) {
+    const int64_t ldb = d->ldb, k = d->k;
+    const int8_t *r0 = d->b + kk * ldb + jt;
+    int64_t nfull = jn / 64;
+    if (kk + 4 <= k) {
+        /* the same piece of the rows DIRECT_PFD ahead, where they exist */
+        const int pf = kk + DIRECT_PFD + 4 <= k;
+        const int8_t *f0 = r0 + DIRECT_PFD * ldb;
+        for (int64_t pc = 0; pc < nfull; pc++) {
+            const int64_t o = pc * 64;
+            if (pf) {
+                _mm_prefetch((const char *)(f0 + o), _MM_HINT_T0);
+                _mm_prefetch((const char *)(f0 + ldb + o), _MM_HINT_T0);
+                _mm_prefetch((const char *)(f0 + 2 * ldb + o), _MM_HINT_T0);
+                _mm_prefetch((const char *)(f0 + 3 * ldb + o), _MM_HINT_T0);
             }
-            __m512 s = _mm512_mul_ps(_mm512_set1_ps(d->sa ? d->sa[i + r] : 1.0f),
-                                     d->sb ? _mm512_maskz_loadu_ps(m, d->sb + j + 16 * q)
-                                           : _mm512_set1_ps(1.0f));
-            _mm512_mask_storeu_ps(d->c + (i + r) * d->ldc + j + 16 * q, m,
-                                  _mm512_mul_ps(_mm512_cvtepi32_ps(c[q]), s));
+            direct_stage4(_mm512_loadu_si512(r0 + o), _mm512_loadu_si512(r0 + ldb + o),
+                          _mm512_loadu_si512(r0 + 2 * ldb + o),
+                          _mm512_loadu_si512(r0 + 3 * ldb + o), dst + pc * 256);
         }
+    } else {
+        nfull = 0; /* the last, partial group: every piece takes the general path below */
+    }
+    for (int64_t pc = nfull; pc * 64 < jn; pc++) { /* the partial last piece, or group */
+        const int64_t left = jn - pc * 64;
+        const __mmask64 lm = left >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << left) - 1);
+        __m512i r[4];
+        for (int q = 0; q < 4; q++)
+            r[q] = kk + q < k ? _mm512_maskz_loadu_epi8(lm, r0 + q * ldb + pc * 64)
+                              : _mm512_setzero_si512();
+        direct_stage4(r[0], r[1], r[2], r[3], dst + pc * 256);
     }
 }
 
-static void dmicro1(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 1); }
-static void dmicro2(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 2); }
-static void dmicro3(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 3); }
-static void dmicro4(const ember__qdirect *d, int64_t i, int64_t j) { direct_micro(d, i, j, 4); }
-
-void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1) {
-    static void (*const fns[5])(const ember__qdirect *, int64_t, int64_t) = {NULL, dmicro1, dmicro2,
-                                                                             dmicro3, dmicro4};
-    for (int64_t j = j0; j < j1 && j < d->n; j += 64)
-        for (int64_t i = 0; i < d->m;) {
-            int64_t r = d->m - i;
-            int mr = r >= 4 ? 4 : (int)r;
-            fns[mr](d, i, j);
-            i += mr;
+/* rows [i, i + MR) x the 64 columns of piece pc: ng groups of 4 k of the staged chunk st (stride
+ * gs bytes a group) from kk; sums in acc (stride EMBER__DIRECT_W a row) */
+EMBER__INLINE void direct_rows(const ember__qdirect *d, const uint8_t *st, int64_t gs,
+                               int32_t *acc0, int64_t i, int pc, int64_t kk, int64_t ng, int first,
+                               const int MR) {
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            acc[r][q] =
+                first ? _mm512_setzero_si512()
+                      : _mm512_load_si512(acc0 + (i + r) * EMBER__DIRECT_W + pc * 64 + q * 16);
+    const uint8_t *a0 = (const uint8_t *)d->a + kk;
+    const uint8_t *s = st + pc * 256;
+    for (int64_t g = 0; g < ng; g++, s += gs) {
+        __m512i b0 = _mm512_load_si512(s), b1 = _mm512_load_si512(s + 64);
+        __m512i b2 = _mm512_load_si512(s + 128), b3 = _mm512_load_si512(s + 192);
+#pragma GCC unroll 4
+        for (int r = 0; r < MR; r++) {
+            int32_t av;
+            __builtin_memcpy(&av, a0 + (i + r) * d->lda + 4 * g, 4);
+            const __m512i x = _mm512_set1_epi32(av);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], b0, x);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], b1, x);
+            acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], b2, x);
+            acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], b3, x);
         }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            _mm512_store_si512(acc0 + (i + r) * EMBER__DIRECT_W + pc * 64 + q * 16, acc[r][q]);
+}
+
+#define DIRECT_ROWS(MR)                                                                            \
+    static void drows##MR(const ember__qdirect *d, const uint8_t *st, int64_t gs, int32_t *acc0,   \
+                          int64_t i, int pc, int64_t kk, int64_t ng, int first) {                  \
+        direct_rows(d, st, gs, acc0, i, pc, kk, ng, first, MR);                                    \
+    }
+DIRECT_ROWS(1)
+DIRECT_ROWS(2)
+DIRECT_ROWS(3)
+DIRECT_ROWS(4)
+
+size_t ember__qdirect_work_bytes(void) {
+    return (size_t)DIRECT_KC * EMBER__DIRECT_W + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
+}
+
+void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
+    static void (*const fns[5])(const ember__qdirect *, const uint8_t *, int64_t, int32_t *,
+                                int64_t, int, int64_t, int64_t,
+                                int) = {NULL, drows1, drows2, drows3, drows4};
+    int32_t *acc = work; /* [EMBER__DIRECT_M][EMBER__DIRECT_W] */
+    uint8_t *st = (uint8_t *)work + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
+    if (j1 > d->n)
+        j1 = d->n;
+    const int64_t k = d->k;
+    for (int64_t jt = j0; jt < j1; jt += EMBER__DIRECT_W) {
+        const int64_t jn = j1 - jt < EMBER__DIRECT_W ? j1 - jt : EMBER__DIRECT_W;
+        const int npc = (int)((jn + 63) / 64);
+        const int64_t gs = (int64_t)npc * 256; /* staged bytes per group of 4 k */
+        for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
+            const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
+            for (int64_t g = 0; g < ng; g++)
+                direct_stage_group(d, kc + 4 * g, jt, jn, st + g * gs);
+            for (int pc = 0; pc < npc; pc++)
+                for (int64_t i = 0; i < d->m;) {
+                    const int mr = d->m - i >= 4 ? 4 : (int)(d->m - i);
+                    fns[mr](d, st, gs, acc, i, pc, kc, ng, kc == 0);
+                    i += mr;
+                }
+        }
+        /* the bias off, the lanes back in order, scaled or exact out */
+        for (int64_t i = 0; i < d->m; i++) {
+            const __m512i corr = _mm512_set1_epi32(128 * d->rs[i]);
+            const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
+            for (int pc = 0; pc < npc; pc++) {
+                const int32_t *s = acc + i * EMBER__DIRECT_W + pc * 64;
+                __m512i x0 = _mm512_load_si512(s), x1 = _mm512_load_si512(s + 16);
+                __m512i x2 = _mm512_load_si512(s + 32), x3 = _mm512_load_si512(s + 48);
+                __m512i t0 = _mm512_shuffle_i64x2(x0, x1, 0x44),
+                        t1 = _mm512_shuffle_i64x2(x0, x1, 0xee);
+                __m512i t2 = _mm512_shuffle_i64x2(x2, x3, 0x44),
+                        t3 = _mm512_shuffle_i64x2(x2, x3, 0xee);
+                __m512i o[4] = {
+                    _mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xdd),
+                    _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
+                for (int q = 0; q < 4; q++) {
+                    const int64_t j = jt + pc * 64 + q * 16;
+                    const __mmask16 m = tail_mask(j1 - j);
+                    if (!m)
+                        break;
+                    const __m512i v = _mm512_sub_epi32(o[q], corr);
+                    if (d->c32) {
+                        _mm512_mask_storeu_epi32(d->c32 + i * d->ldc + j, m, v);
+                        continue;
+                    }
+                    const __m512 sc = _mm512_mul_ps(sar, d->sb ? _mm512_maskz_loadu_ps(m, d->sb + j)
+                                                               : _mm512_set1_ps(1.0f));
+                    _mm512_mask_storeu_ps(d->c + i * d->ldc + j, m,
+                                          _mm512_mul_ps(_mm512_cvtepi32_ps(v), sc));
+                }
+            }
+        }
+    }
 }
 
 /* Packing 4 rows of int8 B (k group) into the 8-bit layout, 64 columns a step: byte interleave
