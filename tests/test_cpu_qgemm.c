@@ -303,17 +303,16 @@ static void test_tiers(void) {
     CU_ASSERT_EQUAL(ember__qtier_select("bogus"), best);
 }
 
-/* the unpacked kernel of decode-sized first calls: exact int32 and the scales */
-static void test_direct(void) {
-    ember_context *ctx;
-    ember__cpu_state *s = cpu_state(&ctx);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    /* n 9000: a task wider than the kernel's 2048-column pass; k 301: chunks of 32 and a
-     * partial group of 4; n 130: a partial piece of 64 */
-    static const int64_t ms[] = {1, 3, 8, 16}, ns[] = {1, 17, 64, 100, 130, 9000},
+/* the unpacked kernels of small first calls (AMX for 2..32 rows, AVX-512 VNNI for 1..16): exact
+ * int32 and the scales, on the context's tier (AMX where there is one) and capped to VNNI */
+static int direct_cases(ember__cpu_state *s) {
+    /* n 9000: a task wider than the kernels' 2048-column pass; k 301: chunks of 32 / 64 and a
+     * partial group of 4 / tile of 64; n 130: a partial piece of 64; m 17 and 32: two row halves
+     * on AMX */
+    static const int64_t ms[] = {1, 3, 8, 16, 17, 32}, ns[] = {1, 17, 64, 100, 130, 9000},
                          ks[] = {1, 2, 7, 64, 301};
     int ran = 0;
-    for (size_t a = 0; a < 4; a++)
+    for (size_t a = 0; a < 6; a++)
         for (size_t b = 0; b < 6; b++)
             for (size_t c = 0; c < 5; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
@@ -321,14 +320,14 @@ static void test_direct(void) {
                     continue;
                 int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
                 int32_t *C = malloc((size_t)(m * n) * 4);
-                float *F = malloc((size_t)(m * n) * 4), sa[16], *sb = malloc((size_t)n * 4);
+                float *F = malloc((size_t)(m * n) * 4), sa[32], *sb = malloc((size_t)n * 4);
                 rand_i8(A, (size_t)(m * lda), -128, 127);
                 rand_i8(B, (size_t)(k * ldb), -128, 127);
-                tu_rand_f32(&rng, sa, 16, 0.01f, 0.1f);
+                tu_rand_f32(&rng, sa, 32, 0.01f, 0.1f);
                 tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
                 ember_status st =
                     ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
-                if (st == EMBER_ERR_QUANT_UNSUPPORTED) { /* no AVX-512 here */
+                if (st == EMBER_ERR_QUANT_UNSUPPORTED) { /* no kernel for these rows on this tier */
                     free(A), free(B), free(C), free(F), free(sb);
                     continue;
                 }
@@ -352,15 +351,34 @@ static void test_direct(void) {
                 ran++;
                 free(A), free(B), free(C), free(F), free(sb);
             }
-    if (!ran)
-        printf("\n  direct kernel: no AVX-512 on this machine, skipped");
-    /* more rows than the kernel takes: declined, nothing written */
-    int8_t a17[17 * 8] = {1}, b8[8 * 4] = {1};
-    float c17[17 * 4] = {42.0f};
-    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a17, 8, NULL, b8, 4, NULL, c17, NULL, 4),
+    return ran;
+}
+
+static void test_direct(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int ran = direct_cases(s);
+    /* more rows than either kernel takes: declined, nothing written */
+    int8_t a33[33 * 8] = {1}, b8[8 * 4] = {1};
+    float c33[33 * 4] = {42.0f};
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 33, 4, 8, a33, 8, NULL, b8, 4, NULL, c33, NULL, 4),
                     EMBER_ERR_QUANT_UNSUPPORTED);
-    CU_ASSERT_EQUAL(c17[0], 42.0f);
+    CU_ASSERT_EQUAL(c33[0], 42.0f);
     ember_context_destroy(ctx);
+    /* the VNNI kernel where AMX would take the rows */
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.cpu_max_isa = "avx512_vnni";
+    TU_OK(ember_context_create(&o, &ctx));
+    s = ember__cpu_state_of(ctx);
+    ran += direct_cases(s);
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a33, 8, NULL, b8, 4, NULL, c33, NULL, 4),
+                    EMBER_ERR_QUANT_UNSUPPORTED);
+    CU_ASSERT_EQUAL(c33[0], 42.0f);
+    ember_context_destroy(ctx);
+    if (!ran)
+        printf("\n  direct kernels: no AVX-512 on this machine, skipped");
 }
 
 /* the AMX first-call kernel (B packed slice by slice as the tiles use it) */

@@ -242,8 +242,9 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
 }
 
 /* A first call with few rows (m <= 128) on an 8-bit Native B with one K chunk runs on B as it is
- * stored (AMX packing each slice of B into scratch as it goes; one row, or no AMX and m <= 16: the
- * unpacked AVX-512 kernel): packing all of B into a fresh buffer would cost more than the product.
+ * stored (up to 32 rows, 16 without AMX: the unpacked kernels, ember__qgemm_direct; more: AMX
+ * packing each slice of B into scratch as it goes, ember__qgemm_raw): packing all of B into a
+ * fresh buffer would cost more than the product.
  * The tensor is marked, and its next use packs it (a weight used once is never packed). */
 static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
     if (m > 128 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
@@ -270,11 +271,11 @@ static ember_status run_direct(ember__cpu_state *s, const ember__gemm *g, const 
         if (st == EMBER_OK) {
             const int8_t *bb = (const int8_t *)b->buf + g->b_off[bi];
             float *cc = (float *)out->buf + bi * m * n;
-            /* one row: the unpacked kernel streams B best; more: AMX packing slices of B */
-            st = m == 1 ? EMBER_ERR_QUANT_UNSUPPORTED
-                        : ember__qgemm_raw(s, m, n, k, rows, k, sa, bb, n, sb, cc, n);
-            if (st == EMBER_ERR_QUANT_UNSUPPORTED && m <= 16)
-                st = ember__qgemm_direct(s, m, n, k, rows, k, sa, bb, n, sb, cc, NULL, n);
+            /* up to 32 rows (16 without AMX): the unpacked kernels, which read B once in
+             * sequential runs; more: AMX packing slices of B */
+            st = ember__qgemm_direct(s, m, n, k, rows, k, sa, bb, n, sb, cc, NULL, n);
+            if (st == EMBER_ERR_QUANT_UNSUPPORTED && m >= 2)
+                st = ember__qgemm_raw(s, m, n, k, rows, k, sa, bb, n, sb, cc, n);
         }
         ember__free(own);
     }

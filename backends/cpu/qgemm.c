@@ -675,30 +675,39 @@ ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t
 typedef struct direct_arg {
     const ember__qdirect *d;
     int64_t nb;
+    int amx;
     uint8_t *work[64];
 } direct_arg;
 
 static void direct_task(void *varg, int64_t task, int thread) {
     const direct_arg *a = varg;
-    ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
+    if (a->amx)
+        ember__qdirect_amx(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
+    else
+        ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
 }
 
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc) {
-    if (!ember__qtier_available(EMBER__QT_AVX512) || (s && ember__cpu_tier(s) < EMBER__QT_AVX512) ||
-        m > EMBER__DIRECT_M)
+    /* AMX for 2..32 rows (where the context's tier is AMX), AVX-512 VNNI for 1..16 */
+    const int amx = m >= 2 && m <= EMBER__DIRECT_AMX_M && ember__qtier_available(EMBER__QT_AMX) &&
+                    (!s || ember__cpu_tier(s) == EMBER__QT_AMX);
+    if (!amx && (!ember__qtier_available(EMBER__QT_AVX512) ||
+                 (s && ember__cpu_tier(s) < EMBER__QT_AVX512) || m > EMBER__DIRECT_M))
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (m <= 0 || n <= 0)
         return EMBER_OK;
-    /* A's rows padded with zeros to whole groups of 4 k (the kernel reads 4 bytes at a time),
-     * their sums (the bias correction), and each thread's buffers */
+    /* A's rows padded with zeros to whole groups of 4 k (VNNI: the kernel reads 4 bytes at a
+     * time) or whole tiles (AMX: 64 k), their sums (VNNI: the bias correction), and each
+     * thread's buffers */
     const int nt = s ? s->num_threads : 1;
     const int nw = nt < 64 ? nt : 64;
-    const int64_t k4 = round_up(k > 0 ? k : 1, 4);
+    const int64_t k4 = round_up(k > 0 ? k : 1, amx ? 64 : 4);
     const size_t abytes = round_up64((size_t)(m * k4)), rbytes = round_up64((size_t)m * 4);
-    const size_t wbytes = round_up64(ember__qdirect_work_bytes());
+    const size_t wbytes =
+        round_up64(amx ? ember__qdirect_amx_work_bytes() : ember__qdirect_work_bytes());
     const size_t total = abytes + rbytes + wbytes * (size_t)nw;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
     const int from_scratch = mem != NULL;
@@ -718,7 +727,7 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
     if (nb < 256)
         nb = 256;
-    direct_arg a = {&d, nb, {0}};
+    direct_arg a = {&d, nb, amx, {0}};
     for (int q = 0; q < nw; q++)
         a.work[q] = mem + abytes + rbytes + wbytes * (size_t)q;
     ember__cpu_parallel_for(s, (n + nb - 1) / nb, direct_task, &a);

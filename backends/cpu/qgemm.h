@@ -98,9 +98,9 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
 
 /* Without packing (a first call with few rows, 8-bit B, one chunk): C[i, j] = sa[i] * sb[j] *
  * (A row i . B column j) with B int8 row-major [k, n] (ldb), sa [m] and sb [n] (NULL: 1). Exact
- * int32 sums into C32 instead when C32 is given. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing
- * recorded, nothing written) when no tier can (AVX-512 VNNI is needed) or m > EMBER__DIRECT_M: pack
- * instead. */
+ * int32 sums into C32 instead when C32 is given. AMX (the context's tier) takes 2..32 rows,
+ * AVX-512 VNNI 1..16. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded, nothing written)
+ * where neither can: pack instead. */
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32, int64_t ldc);
@@ -131,6 +131,19 @@ typedef struct ember__qdirect {
  * ember__qdirect_work_bytes() for this call alone */
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
 size_t ember__qdirect_work_bytes(void);
+/* The same on AMX for 2..EMBER__DIRECT_AMX_M rows (qgemm_amx.c): d->a zero padded to whole
+ * tiles (lda a multiple of 64, K padded to 64), no bias (TDPBSSD), rs unused. */
+#define EMBER__DIRECT_AMX_M 32
+void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
+size_t ember__qdirect_amx_work_bytes(void);
+/* shared by both (qgemm_avx512.c): the 4 rows [kk, kk + 4) of B's columns [jt, jt + jn) into
+ * dst, 256 bytes a piece of 64 columns, interleaved in groups of 4 k, signed; and the column order
+ * of a piece's four interleaved registers restored */
+void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
+                          uint8_t *dst);
+#ifdef __AVX512F__
+void ember__qdirect_order(const __m512i x[4], __m512i out[4]);
+#endif
 
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
  * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride

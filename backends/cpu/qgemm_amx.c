@@ -296,6 +296,158 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     }
 }
 
+/* ---- first calls with 2..32 rows: B as it is stored ----
+ * B is read in K chunks of DAMX_KC rows, four rows at a time across the task's columns (up to
+ * EMBER__DIRECT_W), interleaved in registers into groups of 4 k (qgemm_avx512.c,
+ * ember__qdirect_stage; no bias: TDPBSSD multiplies signed by signed) and staged per thread. A
+ * staged group is a B tile row: 16 consecutive groups of one register q of a 64-column piece
+ * form a tile whose 16 columns are 16L + 4q + e (lane L, dword e), so the C tiles come out in
+ * that order and the epilogue puts it right (ember__qdirect_order). The tile unit's work is small
+ * at these row counts: the cost is reading and interleaving B once, which the AMX first-call
+ * path did too but then shuffled 128-bit lanes into column order and kept its sums in scratch
+ * per 512-deep slice; the VNNI kernel did the multiplies on the vector ports the staging needs.
+ * Measured (bench_qgemm, 2 threads, K = N = 4096, first calls, three alternations against the
+ * previous routing): 8 rows 189-211 -> 343-383 GOPS, 32 rows 750-765 -> 1091-1188 (oneDNN
+ * without reorder beside them: 186-215 and 669-709). Chunks of 128 rows of B: 64 gave 490-970 at
+ * 32 rows (the sums' round trips), 256 gave 899-1143. */
+#define DAMX_KC 128
+
+size_t ember__qdirect_amx_work_bytes(void) {
+    return (size_t)DAMX_KC * EMBER__DIRECT_W + (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
+}
+
+static void damx_config(int64_t m) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    const int h0 = m > 16 ? 16 : (int)m, h1 = m > 16 ? (int)m - 16 : 0;
+    for (int t = 0; t < 8; t++)
+        cfg.colsb[t] = 64;
+    if (m <= 16) { /* C tiles 0-3 (registers q = 0..3), A 4, B 6 */
+        for (int t = 0; t < 5; t++)
+            cfg.rows[t] = (uint8_t)h0;
+        cfg.rows[6] = 16;
+        cfg.colsb[5] = cfg.colsb[7] = 0;
+    } else { /* C (half, q): 0 (0, q), 1 (0, q + 1), 2 (1, q), 3 (1, q + 1); A halves 4, 5; B 6, 7
+              */
+        cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = 16;
+        cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)h1;
+        cfg.rows[6] = cfg.rows[7] = 16;
+    }
+    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+}
+
+void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
+    /* int32 sums [piece][q][32 rows][16], then the staged chunk */
+    int32_t *acc = work;
+    uint8_t *st = (uint8_t *)work + (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
+    const int64_t m = d->m, k = d->k, lda = d->lda;
+    if (j1 > d->n)
+        j1 = d->n;
+    damx_config(m);
+    for (int64_t jt = j0; jt < j1; jt += EMBER__DIRECT_W) {
+        const int64_t jn = j1 - jt < EMBER__DIRECT_W ? j1 - jt : EMBER__DIRECT_W;
+        const int64_t npc = (jn + 63) / 64, gs = npc * 256; /* staged bytes per group of 4 k */
+        for (int64_t kc = 0; kc < k; kc += DAMX_KC) {
+            /* whole tiles of 16 groups: groups past K are staged as zeros */
+            const int64_t ng = ((k - kc < DAMX_KC ? k - kc : DAMX_KC) + 63) / 64 * 16;
+            for (int64_t g = 0; g < ng; g++)
+                ember__qdirect_stage(d, kc + 4 * g, jt, jn, st + g * gs);
+            const int first = kc == 0;
+            for (int64_t pc = 0; pc < npc; pc++) {
+                int32_t *ap = acc + pc * 4 * 32 * 16; /* this piece's sums, [q][32][16] */
+                const uint8_t *bp = st + pc * 256;
+                if (m <= 16) {
+                    if (first) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, ap, 64);
+                        _tile_loadd(1, ap + 32 * 16, 64);
+                        _tile_loadd(2, ap + 2 * 32 * 16, 64);
+                        _tile_loadd(3, ap + 3 * 32 * 16, 64);
+                    }
+                    for (int64_t s = 0; s < ng / 16; s++) {
+                        const uint8_t *b = bp + s * 16 * gs;
+                        _tile_loadd(4, d->a + kc + s * 64, lda);
+                        _tile_loadd(6, b, gs);
+                        _tile_dpbssd(0, 4, 6);
+                        _tile_loadd(6, b + 64, gs);
+                        _tile_dpbssd(1, 4, 6);
+                        _tile_loadd(6, b + 128, gs);
+                        _tile_dpbssd(2, 4, 6);
+                        _tile_loadd(6, b + 192, gs);
+                        _tile_dpbssd(3, 4, 6);
+                    }
+                    _tile_stored(0, ap, 64);
+                    _tile_stored(1, ap + 32 * 16, 64);
+                    _tile_stored(2, ap + 2 * 32 * 16, 64);
+                    _tile_stored(3, ap + 3 * 32 * 16, 64);
+                    continue;
+                }
+                for (int q = 0; q < 4; q += 2) {
+                    int32_t *c0 = ap + q * 32 * 16, *c1 = c0 + 32 * 16;
+                    if (first) {
+                        _tile_zero(0);
+                        _tile_zero(1);
+                        _tile_zero(2);
+                        _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, c0, 64);
+                        _tile_loadd(1, c1, 64);
+                        _tile_loadd(2, c0 + 16 * 16, 64);
+                        _tile_loadd(3, c1 + 16 * 16, 64);
+                    }
+                    for (int64_t s = 0; s < ng / 16; s++) {
+                        const uint8_t *b = bp + s * 16 * gs + q * 64;
+                        _tile_loadd(4, d->a + kc + s * 64, lda);
+                        _tile_loadd(6, b, gs);
+                        _tile_dpbssd(0, 4, 6);
+                        _tile_loadd(7, b + 64, gs);
+                        _tile_dpbssd(1, 4, 7);
+                        _tile_loadd(5, d->a + 16 * lda + kc + s * 64, lda);
+                        _tile_dpbssd(2, 5, 6);
+                        _tile_dpbssd(3, 5, 7);
+                    }
+                    _tile_stored(0, c0, 64);
+                    _tile_stored(1, c1, 64);
+                    _tile_stored(2, c0 + 16 * 16, 64);
+                    _tile_stored(3, c1 + 16 * 16, 64);
+                }
+            }
+        }
+        /* the lanes back in order, scaled or exact out */
+        for (int64_t i = 0; i < m; i++) {
+            const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
+            for (int64_t pc = 0; pc < npc; pc++) {
+                const int32_t *s = acc + pc * 4 * 32 * 16 + i * 16;
+                const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + 32 * 16),
+                                      _mm512_load_si512(s + 2 * 32 * 16),
+                                      _mm512_load_si512(s + 3 * 32 * 16)};
+                __m512i o[4];
+                ember__qdirect_order(x, o);
+                for (int q = 0; q < 4; q++) {
+                    const int64_t j = jt + pc * 64 + q * 16, left = j1 - j;
+                    if (left <= 0)
+                        break;
+                    const __mmask16 msk = (__mmask16)(left >= 16 ? 0xffffu : (1u << left) - 1u);
+                    if (d->c32) {
+                        _mm512_mask_storeu_epi32(d->c32 + i * d->ldc + j, msk, o[q]);
+                        continue;
+                    }
+                    const __m512 sc = _mm512_mul_ps(
+                        sar, d->sb ? _mm512_maskz_loadu_ps(msk, d->sb + j) : _mm512_set1_ps(1.0f));
+                    _mm512_mask_storeu_ps(d->c + i * d->ldc + j, msk,
+                                          _mm512_mul_ps(_mm512_cvtepi32_ps(o[q]), sc));
+                }
+            }
+        }
+    }
+    _tile_release();
+}
+
 /* The 32 column scales of B for K chunk c, columns [j, j + 32), as f32 (stored F16 or F32). */
 static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0, __m512 *s1) {
     if (p->sb16) {

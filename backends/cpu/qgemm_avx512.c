@@ -234,20 +234,23 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
 #define DIRECT_KC 32
 #define DIRECT_PFD 4
 
-/* 4 rows of 64 int8 (lanes of lm; rows past K are zero) -> 4 biased interleaved registers */
-EMBER__INLINE void direct_stage4(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t *dst) {
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
+/* 4 rows of 64 int8 (rows past K are zero) -> 4 interleaved registers at dst, biased to unsigned
+ * (x + 128, for VPDPBUSD) where bias is set, signed as they are otherwise (for AMX's TDPBSSD) */
+EMBER__INLINE void direct_stage4(__m512i r0, __m512i r1, __m512i r2, __m512i r3, uint8_t *dst,
+                                 const int bias) {
+    const __m512i b = _mm512_set1_epi8((char)0x80);
     __m512i ab0 = _mm512_unpacklo_epi8(r0, r1), ab1 = _mm512_unpackhi_epi8(r0, r1);
     __m512i cd0 = _mm512_unpacklo_epi8(r2, r3), cd1 = _mm512_unpackhi_epi8(r2, r3);
-    _mm512_store_si512(dst, _mm512_xor_si512(_mm512_unpacklo_epi16(ab0, cd0), bias));
-    _mm512_store_si512(dst + 64, _mm512_xor_si512(_mm512_unpackhi_epi16(ab0, cd0), bias));
-    _mm512_store_si512(dst + 128, _mm512_xor_si512(_mm512_unpacklo_epi16(ab1, cd1), bias));
-    _mm512_store_si512(dst + 192, _mm512_xor_si512(_mm512_unpackhi_epi16(ab1, cd1), bias));
+    __m512i x[4] = {_mm512_unpacklo_epi16(ab0, cd0), _mm512_unpackhi_epi16(ab0, cd0),
+                    _mm512_unpacklo_epi16(ab1, cd1), _mm512_unpackhi_epi16(ab1, cd1)};
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++)
+        _mm512_store_si512(dst + 64 * q, bias ? _mm512_xor_si512(x[q], b) : x[q]);
 }
 
 /* the group of 4 rows [kk, kk + 4) of the jn columns from jt -> dst (256 bytes a piece of 64) */
-static void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
-                               uint8_t *dst) {
+EMBER__INLINE void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
+                                      uint8_t *dst, const int bias) {
     const int64_t ldb = d->ldb, k = d->k;
     const int8_t *r0 = d->b + kk * ldb + jt;
     int64_t nfull = jn / 64;
@@ -265,10 +268,10 @@ static void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, 
             }
             direct_stage4(_mm512_loadu_si512(r0 + o), _mm512_loadu_si512(r0 + ldb + o),
                           _mm512_loadu_si512(r0 + 2 * ldb + o),
-                          _mm512_loadu_si512(r0 + 3 * ldb + o), dst + pc * 256);
+                          _mm512_loadu_si512(r0 + 3 * ldb + o), dst + pc * 256, bias);
         }
     } else {
-        nfull = 0; /* the last, partial group: every piece takes the general path below */
+        nfull = 0; /* the last, partial group (or one past K): every piece takes the path below */
     }
     for (int64_t pc = nfull; pc * 64 < jn; pc++) { /* the partial last piece, or group */
         const int64_t left = jn - pc * 64;
@@ -277,8 +280,26 @@ static void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, 
         for (int q = 0; q < 4; q++)
             r[q] = kk + q < k ? _mm512_maskz_loadu_epi8(lm, r0 + q * ldb + pc * 64)
                               : _mm512_setzero_si512();
-        direct_stage4(r[0], r[1], r[2], r[3], dst + pc * 256);
+        direct_stage4(r[0], r[1], r[2], r[3], dst + pc * 256, bias);
     }
+}
+
+void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
+                          uint8_t *dst) {
+    direct_stage_group(d, kk, jt, jn, dst, 0);
+}
+
+/* Lanes back in order: x[q] holds in lane L the columns 16L + 4q .. 16L + 4q + 3; out[c] gets
+ * columns 16c .. 16c + 15 */
+void ember__qdirect_order(const __m512i x[4], __m512i out[4]) {
+    __m512i t0 = _mm512_shuffle_i64x2(x[0], x[1], 0x44),
+            t1 = _mm512_shuffle_i64x2(x[0], x[1], 0xee);
+    __m512i t2 = _mm512_shuffle_i64x2(x[2], x[3], 0x44),
+            t3 = _mm512_shuffle_i64x2(x[2], x[3], 0xee);
+    out[0] = _mm512_shuffle_i64x2(t0, t2, 0x88);
+    out[1] = _mm512_shuffle_i64x2(t0, t2, 0xdd);
+    out[2] = _mm512_shuffle_i64x2(t1, t3, 0x88);
+    out[3] = _mm512_shuffle_i64x2(t1, t3, 0xdd);
 }
 
 /* rows [i, i + MR) x the 64 columns of piece pc: ng groups of 4 k of the staged chunk st (stride
@@ -347,7 +368,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
         for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
             const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
             for (int64_t g = 0; g < ng; g++)
-                direct_stage_group(d, kc + 4 * g, jt, jn, st + g * gs);
+                direct_stage_group(d, kc + 4 * g, jt, jn, st + g * gs, 1);
             for (int pc = 0; pc < npc; pc++)
                 for (int64_t i = 0; i < d->m;) {
                     const int mr = d->m - i >= 4 ? 4 : (int)(d->m - i);
@@ -361,15 +382,10 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
             const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
             for (int pc = 0; pc < npc; pc++) {
                 const int32_t *s = acc + i * EMBER__DIRECT_W + pc * 64;
-                __m512i x0 = _mm512_load_si512(s), x1 = _mm512_load_si512(s + 16);
-                __m512i x2 = _mm512_load_si512(s + 32), x3 = _mm512_load_si512(s + 48);
-                __m512i t0 = _mm512_shuffle_i64x2(x0, x1, 0x44),
-                        t1 = _mm512_shuffle_i64x2(x0, x1, 0xee);
-                __m512i t2 = _mm512_shuffle_i64x2(x2, x3, 0x44),
-                        t3 = _mm512_shuffle_i64x2(x2, x3, 0xee);
-                __m512i o[4] = {
-                    _mm512_shuffle_i64x2(t0, t2, 0x88), _mm512_shuffle_i64x2(t0, t2, 0xdd),
-                    _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
+                const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + 16),
+                                      _mm512_load_si512(s + 32), _mm512_load_si512(s + 48)};
+                __m512i o[4];
+                ember__qdirect_order(x, o);
                 for (int q = 0; q < 4; q++) {
                     const int64_t j = jt + pc * 64 + q * 16;
                     const __mmask16 m = tail_mask(j1 - j);
