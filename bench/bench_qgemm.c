@@ -275,13 +275,10 @@ static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *
 }
 
 static void ember_first(ember_case *e) {
-    /* as the library's first calls: the unpacked kernels up to 32 rows (16 without AMX), AMX
-     * packing slices of B up to 128 rows */
-    if (e->m <= 32 && ember__qgemm_direct(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
-                                          e->sb, e->C, NULL, e->n) == EMBER_OK)
-        return;
-    if (e->m <= 128 && ember__qgemm_raw(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
-                                        e->sb, e->C, e->n) == EMBER_OK)
+    /* as the library's first calls: up to 128 rows (16 without AMX), B multiplied as it is stored
+     */
+    if (e->m <= 128 && ember__qgemm_direct(e->s, e->m, e->n, e->k, e->A, e->k, e->sa, e->B, e->n,
+                                           e->sb, e->C, NULL, e->n) == EMBER_OK)
         return;
     ember__qpack p;
     ember__qpack_b_plain(e->s, &p, e->k, e->n, e->n, 0, e->B, e->sb);

@@ -303,27 +303,29 @@ static void test_tiers(void) {
     CU_ASSERT_EQUAL(ember__qtier_select("bogus"), best);
 }
 
-/* the unpacked kernels of small first calls (AMX for 2..32 rows, AVX-512 VNNI for 1..16): exact
+/* the unpacked kernels of small first calls (AMX for 2..128 rows, AVX-512 VNNI for 1..16): exact
  * int32 and the scales, on the context's tier (AMX where there is one) and capped to VNNI */
 static int direct_cases(ember__cpu_state *s) {
     /* n 9000: a task wider than the kernels' 2048-column pass; k 301: chunks of 32 / 64 and a
      * partial group of 4 / tile of 64; n 130: a partial piece of 64; m 17 and 32: two row halves
-     * on AMX */
-    static const int64_t ms[] = {1, 3, 8, 16, 17, 32}, ns[] = {1, 17, 64, 100, 130, 9000},
-                         ks[] = {1, 2, 7, 64, 301};
+     * on AMX; 33..128: blocks of 32, the last padded */
+    static const int64_t ms[] = {1, 3, 8, 16, 17, 32, 33, 70, 128},
+                         ns[] = {1, 17, 64, 100, 130, 4200, 9000},
+                         ks[] = {1, 2, 7, 64, 65, 301, 600};
     int ran = 0;
-    for (size_t a = 0; a < 6; a++)
-        for (size_t b = 0; b < 6; b++)
-            for (size_t c = 0; c < 5; c++) {
+    for (size_t a = 0; a < 9; a++)
+        for (size_t b = 0; b < 7; b++)
+            for (size_t c = 0; c < 7; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
-                if (n > 1000 && k > 64)
-                    continue;
+                if ((n > 1000 && (k > 65 || (k == 65 && m != 70))) || (k > 301 && m < 33))
+                    continue; /* k 600: over 32 rows, two chunks of 512; n 4200 and 9000 at
+                                 k 65 once (a partial tile, several tasks) */
                 int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
                 int32_t *C = malloc((size_t)(m * n) * 4);
-                float *F = malloc((size_t)(m * n) * 4), sa[32], *sb = malloc((size_t)n * 4);
+                float *F = malloc((size_t)(m * n) * 4), sa[128], *sb = malloc((size_t)n * 4);
                 rand_i8(A, (size_t)(m * lda), -128, 127);
                 rand_i8(B, (size_t)(k * ldb), -128, 127);
-                tu_rand_f32(&rng, sa, 32, 0.01f, 0.1f);
+                tu_rand_f32(&rng, sa, 128, 0.01f, 0.1f);
                 tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
                 ember_status st =
                     ember__qgemm_direct(s, m, n, k, A, lda, NULL, B, ldb, NULL, NULL, C, n);
@@ -360,11 +362,11 @@ static void test_direct(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     int ran = direct_cases(s);
     /* more rows than either kernel takes: declined, nothing written */
-    int8_t a33[33 * 8] = {1}, b8[8 * 4] = {1};
-    float c33[33 * 4] = {42.0f};
-    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 33, 4, 8, a33, 8, NULL, b8, 4, NULL, c33, NULL, 4),
+    static int8_t a129[129 * 8] = {1}, b8[8 * 4] = {1};
+    static float c129[129 * 4] = {42.0f};
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 129, 4, 8, a129, 8, NULL, b8, 4, NULL, c129, NULL, 4),
                     EMBER_ERR_QUANT_UNSUPPORTED);
-    CU_ASSERT_EQUAL(c33[0], 42.0f);
+    CU_ASSERT_EQUAL(c129[0], 42.0f);
     ember_context_destroy(ctx);
     /* the VNNI kernel where AMX would take the rows */
     ember_options o = ember_options_default();
@@ -373,78 +375,12 @@ static void test_direct(void) {
     TU_OK(ember_context_create(&o, &ctx));
     s = ember__cpu_state_of(ctx);
     ran += direct_cases(s);
-    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a33, 8, NULL, b8, 4, NULL, c33, NULL, 4),
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a129, 8, NULL, b8, 4, NULL, c129, NULL, 4),
                     EMBER_ERR_QUANT_UNSUPPORTED);
-    CU_ASSERT_EQUAL(c33[0], 42.0f);
+    CU_ASSERT_EQUAL(c129[0], 42.0f);
     ember_context_destroy(ctx);
     if (!ran)
         printf("\n  direct kernels: no AVX-512 on this machine, skipped");
-}
-
-/* the AMX first-call kernel (B packed slice by slice as the tiles use it) */
-static void test_raw(void) {
-    ember_context *ctx;
-    ember__cpu_state *s = cpu_state(&ctx);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    static const int64_t ms[] = {2, 17, 40, 128}, ns[] = {1, 33, 100, 4500}, ks[] = {1, 65, 600};
-    int ran = 0;
-    for (size_t a = 0; a < 4; a++)
-        for (size_t b = 0; b < 4; b++)
-            for (size_t c = 0; c < 3; c++) {
-                int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 1, ldb = n + 3;
-                if (n > 1000 && (k > 100 || m > 40))
-                    continue; /* one wide case: tasks wider than the scratch's 256 columns */
-                int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
-                float *F = malloc((size_t)(m * n) * 4), *sa = malloc((size_t)m * 4);
-                float *sb = malloc((size_t)n * 4);
-                rand_i8(A, (size_t)(m * lda), -128, 127);
-                rand_i8(B, (size_t)(k * ldb), -128, 127);
-                tu_rand_f32(&rng, sa, (size_t)m, 0.01f, 0.1f);
-                tu_rand_f32(&rng, sb, (size_t)n, 0.01f, 0.1f);
-                ember_status st = ember__qgemm_raw(s, m, n, k, A, lda, sa, B, ldb, sb, F, n);
-                if (st == EMBER_OK) {
-                    int bad = 0;
-                    for (int64_t i = 0; i < m; i++)
-                        for (int64_t j = 0; j < n; j++) {
-                            int32_t ref = 0;
-                            for (int64_t kk = 0; kk < k; kk++)
-                                ref += (int32_t)A[i * lda + kk] * B[kk * ldb + j];
-                            double fr = (double)sa[i] * (double)sb[j] * (double)ref;
-                            if (fabs((double)F[i * n + j] - fr) > 1e-6 * fabs(fr) + 1e-30)
-                                bad = 1;
-                        }
-                    CU_ASSERT_FALSE(bad);
-                    ran++;
-                } else {
-                    CU_ASSERT_EQUAL(st, EMBER_ERR_QUANT_UNSUPPORTED);
-                }
-                free(A), free(B), free(F), free(sa), free(sb);
-            }
-    if (ran) { /* 65-128 rows, K <= 2048, N wide: the tall-task shape (256 x 512 columns) must
-                * still give raw B slices of 256 columns (the scratch's width) */
-        const int64_t m = 100, n = 4200, k = 65;
-        int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
-        float *F = malloc((size_t)(m * n) * 4);
-        rand_i8(A, (size_t)(m * k), -128, 127);
-        rand_i8(B, (size_t)(k * n), -128, 127);
-        TU_OK(ember__qgemm_raw(s, m, n, k, A, k, NULL, B, n, NULL, F, n));
-        int bad = 0;
-        for (int64_t i = 0; i < m && !bad; i++)
-            for (int64_t j = 0; j < n; j++) {
-                int32_t ref = 0;
-                for (int64_t kk = 0; kk < k; kk++)
-                    ref += (int32_t)A[i * k + kk] * B[kk * n + j];
-                if (F[i * n + j] != (float)ref) /* |ref| < 2^21: exact in f32 */
-                    bad = 1;
-            }
-        CU_ASSERT_FALSE(bad);
-        free(A), free(B), free(F);
-    }
-    if (!ran)
-        printf("\n  raw AMX kernel: no AMX here, skipped");
-    CU_ASSERT_EQUAL(ember__qgemm_raw(s, 1, 8, 8, NULL, 8, NULL, NULL, 8, NULL, NULL, 8),
-                    EMBER_ERR_QUANT_UNSUPPORTED); /* one row goes to the direct kernel */
-    ember_context_destroy(ctx);
 }
 
 /* ---------------------------------------------------------------- the vtable entry */
@@ -925,7 +861,6 @@ int main(void) {
         {"scale epilogue vs float64", test_epilogue},
         {"float-output tile path exact (unit scales)", test_float_path_exact},
         {"direct (unpacked) kernel for first decode calls", test_direct},
-        {"AMX first-call kernel (B packed slice by slice)", test_raw},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
         {"q_matmul entry: batched", test_q_matmul_batched},
         {"decode first call unpacked, packed from the second", test_first_call_policy},

@@ -21,7 +21,7 @@
  * Weight pre-packing: the first (Q,Q) or (F,Q) call packs each matrix of B into the kernel layout
  * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Exception: a
  * first call with few rows (m <= 128, 8-bit Native B, one K chunk) multiplies B as it is stored
- * (ember__qgemm_direct, ember__qgemm_raw) and only marks the tensor; the second use packs it. A
+ * (ember__qgemm_direct) and only marks the tensor; the second use packs it. A
  * call that fails leaves the cache as it was. Memory cost per [k, n] matrix: roundup(k, 64) *
  * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2, which are kept as nibbles), plus
  * 4 bytes (2 when every effective scale is an f16) per column per K chunk for the scales: about 1x
@@ -242,9 +242,8 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
 }
 
 /* A first call with few rows (m <= 128) on an 8-bit Native B with one K chunk runs on B as it is
- * stored (up to 32 rows, 16 without AMX: the unpacked kernels, ember__qgemm_direct; more: AMX
- * packing each slice of B into scratch as it goes, ember__qgemm_raw): packing all of B into a
- * fresh buffer would cost more than the product.
+ * stored (ember__qgemm_direct: AMX, or AVX-512 VNNI up to 16 rows): packing all of B into a fresh
+ * buffer would cost more than the product.
  * The tensor is marked, and its next use packs it (a weight used once is never packed). */
 static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
     if (m > 128 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)
@@ -271,11 +270,7 @@ static ember_status run_direct(ember__cpu_state *s, const ember__gemm *g, const 
         if (st == EMBER_OK) {
             const int8_t *bb = (const int8_t *)b->buf + g->b_off[bi];
             float *cc = (float *)out->buf + bi * m * n;
-            /* up to 32 rows (16 without AMX): the unpacked kernels, which read B once in
-             * sequential runs; more: AMX packing slices of B */
             st = ember__qgemm_direct(s, m, n, k, rows, k, sa, bb, n, sb, cc, NULL, n);
-            if (st == EMBER_ERR_QUANT_UNSUPPORTED && m >= 2)
-                st = ember__qgemm_raw(s, m, n, k, rows, k, sa, bb, n, sb, cc, n);
         }
         ember__free(own);
     }

@@ -509,18 +509,16 @@ static ember__qblock_fn block_fn(ember__qtier t) {
 
 static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const float *sa, const ember__qpack *p, float *C,
-                              int32_t *C32, int64_t ldc, const int8_t *braw, int64_t ldb) {
+                              int32_t *C32, int64_t ldc) {
     if (m <= 0 || p->n <= 0)
         return EMBER_OK;
-    if (braw && (t != EMBER__QT_AMX || !ember__qtier_available(EMBER__QT_AMX) || !C || p->nch != 1))
-        return EMBER_ERR_QUANT_UNSUPPORTED; /* raw B: the AMX slice packer only */
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
     /* Decode shapes are bound by reading B. One row: AVX-512 VNNI streams it at the bandwidth
      * limit. 2..16 rows of 8-bit B: AMX with m-row tiles (VNNI would be bound by its multiplies);
      * 4-bit B is unpacked in VNNI registers instead. */
     int thin = 0;
-    if (t == EMBER__QT_AMX && m <= 16 && !braw) {
+    if (t == EMBER__QT_AMX && m <= 16) {
         thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
         if (!thin)
             t = EMBER__QT_AVX512;
@@ -541,9 +539,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                  sbytes = round_up64(rsn * sizeof(float));
     /* AMX per thread: the int32 sums of a task, then 4-bit: two unpacked panels (2 x 32 x kp);
      * raw B: one K slice of a task's 256 columns (256 x 512) */
-    const size_t per = amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp
-                                                                  : (braw ? (size_t)256 * 512 : 0))
-                           : 0;
+    const size_t per =
+        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
     const int nscr = nt < 64 ? nt : 64;
     const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
     uint8_t *mem = ember__cpu_scratch_get(s, total);
@@ -566,7 +563,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, braw, ldb, 0, 0};
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0};
     /* C of 1 MiB or more (half this CPU's L2) is streamed to memory (qgemm_amx.c, store_row) */
     job.nt_store = C && (double)m * (double)p->n * sizeof(float) >= (double)(1 << 20);
     if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
@@ -608,8 +605,6 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
             mb = 64;
             nb = 128;
         }
-        if (braw && nb > 256) /* raw B: the scratch holds a slice of 256 columns */
-            nb = 256;
         if (mb > mp)
             mb = mp;
         /* enough tasks for the threads */
@@ -635,39 +630,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
 ember_status ember__qgemm(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                           int64_t lda, const float *sa, const ember__qpack *p, float *C,
                           int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc, NULL, 0);
+    return qgemm_run(s, t, m, A, lda, sa, p, C, NULL, ldc);
 }
 
 ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const ember__qpack *p, int32_t *C, int64_t ldc) {
-    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc, NULL, 0);
-}
-
-ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, const int8_t *A,
-                              int64_t lda, const float *sa, const int8_t *B, int64_t ldb,
-                              const float *sb, float *C, int64_t ldc) {
-    if (!s || ember__cpu_tier(s) != EMBER__QT_AMX || m < 2)
-        return EMBER_ERR_QUANT_UNSUPPORTED;
-    if (n <= 0)
-        return EMBER_OK;
-    ember__qpack p;
-    memset(&p, 0, sizeof p);
-    p.k = k;
-    p.n = n;
-    p.kp = round_up(k > 0 ? k : 1, 64);
-    p.np = round_up(n, 32);
-    p.kc = p.kp;
-    p.nch = 1;
-    p.bits = 8;
-    p.bias = 128;
-    float *scales = ember__aligned_alloc((size_t)p.np * sizeof(float));
-    EMBER_FAIL_IF(!scales, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
-    for (int64_t j = 0; j < p.np; j++)
-        scales[j] = j < n ? (sb ? sb[j] : 1.0f) : 0.0f;
-    p.sb = scales;
-    ember_status st = qgemm_run(s, EMBER__QT_AMX, m, A, lda, sa, &p, C, NULL, ldc, B, ldb);
-    ember__aligned_free(scales);
-    return st;
+    return qgemm_run(s, t, m, A, lda, NULL, p, NULL, C, ldc);
 }
 
 /* ------------------------------------------------------------------ direct (unpacked) */
@@ -705,7 +673,8 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     const int nt = s ? s->num_threads : 1;
     const int nw = nt < 64 ? nt : 64;
     const int64_t k4 = round_up(k > 0 ? k : 1, amx ? 64 : 4);
-    const size_t abytes = round_up64((size_t)(m * k4)), rbytes = round_up64((size_t)m * 4);
+    const int64_t mrows = amx && m > 32 ? round_up(m, 32) : m; /* AMX: whole 32-row blocks */
+    const size_t abytes = round_up64((size_t)(mrows * k4)), rbytes = round_up64((size_t)m * 4);
     const size_t wbytes =
         round_up64(amx ? ember__qdirect_amx_work_bytes() : ember__qdirect_work_bytes());
     const size_t total = abytes + rbytes + wbytes * (size_t)nw;
@@ -722,6 +691,7 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
         memset(ap + i * k4 + k, 0, (size_t)(k4 - k));
         rs[i] = sum_s8(A + i * lda, k);
     }
+    memset(ap + m * k4, 0, (size_t)((mrows - m) * k4));
     ember__qdirect d = {m, n, k, ap, B, k4, ldb, sa, sb, C, C32, ldc, rs};
     /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
     int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);

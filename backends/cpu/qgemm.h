@@ -105,14 +105,6 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32, int64_t ldc);
 
-/* A first call with 2..128 rows (AMX only): C = sa[i] * sb[j] * (A row i . B column j) with
- * int8 B row-major [k, n] (ldb) packed slice by slice into per-thread scratch as the tiles use it,
- * nothing kept. sa [m], sb [n] (NULL: 1). EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) where the
- * context's tier is not AMX or m < 2: use ember__qgemm_direct or pack instead. */
-ember_status ember__qgemm_raw(ember__cpu_state *s, int64_t m, int64_t n, int64_t k, const int8_t *A,
-                              int64_t lda, const float *sa, const int8_t *B, int64_t ldb,
-                              const float *sb, float *C, int64_t ldc);
-
 /* ---- between qgemm.c and the tier files ---- */
 typedef struct ember__qdirect {
     int64_t m, n, k;
@@ -132,8 +124,9 @@ typedef struct ember__qdirect {
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
 size_t ember__qdirect_work_bytes(void);
 /* The same on AMX for 2..EMBER__DIRECT_AMX_M rows (qgemm_amx.c): d->a zero padded to whole
- * tiles (lda a multiple of 64, K padded to 64), no bias (TDPBSSD), rs unused. */
-#define EMBER__DIRECT_AMX_M 32
+ * tiles (lda a multiple of 64, K padded to 64; over 32 rows, rows padded to a multiple of 32), no
+ * bias (TDPBSSD), rs unused. */
+#define EMBER__DIRECT_AMX_M 128
 void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
 size_t ember__qdirect_amx_work_bytes(void);
 /* shared by both (qgemm_avx512.c): the 4 rows [kk, kk + 4) of B's columns [jt, jt + jn) into
@@ -157,15 +150,12 @@ typedef struct ember__qjob {
     float *c;     /* float out, or NULL when c32 is used */
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
-    uint8_t **scratch;  /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
-                           for 4-bit or raw B), 64-byte aligned */
-    const int8_t *braw; /* AMX first calls: int8 B row-major (ldb), packed slice by slice into
-                           the scratch instead of read from p->b (NULL otherwise) */
-    int64_t ldb;
-    int sa_row;   /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
-                     sa[i * nch]): a kernel may apply it once per row after the chunk sums */
-    int nt_store; /* C is large: full aligned rows of 64 bytes may be written with streaming
-                     stores (the kernel fences before it returns) */
+    uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
+                          for 4-bit B), 64-byte aligned */
+    int sa_row;        /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
+                          sa[i * nch]): a kernel may apply it once per row after the chunk sums */
+    int nt_store;      /* C is large: full aligned rows of 64 bytes may be written with streaming
+                          stores (the kernel fences before it returns) */
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */

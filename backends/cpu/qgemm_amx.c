@@ -152,14 +152,8 @@ epi_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j, int64_
 #define KSLICE 512
 /* The K slice of a task: the whole (padded) K up to 2048, so that each 32 x 32 block accumulates
  * in its tiles from start to end (no int32 round trips through scratch, one drain per block);
- * slices of 512 beyond (the driver then uses taller tasks, see qgemm_run). First calls (raw B)
- * keep 512: their scratch holds one 512-deep slice. */
+ * slices of 512 beyond (the driver then uses taller tasks, see qgemm_run). */
 #define KSLICE_FULL 2048
-/* First calls: B's rows are prefetched this many rows ahead of the slice packer. Measured (2
- * threads, same process, alternated, medians of 9): 128 x 4096^2 787 -> 944 GOPS, 128 x 11008 x
- * 4096 765 -> 1011, 32 x 4096^2 235 -> 333 (8 and 32 rows ahead were close behind). */
-#define RAW_PFD 16
-
 /* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
 static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
                          uint8_t *dst) {
@@ -190,34 +184,19 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
      * one process, alternated, medians of 15): 1447 / 1574 / 1470 -> 1635 / 1715 / 1806 GOPS;
      * at 64 rows (two blocks) the slices stayed ahead (2336 / 2280 / 2490 against 2143 / 2250 /
      * 2177). */
-    const int64_t KSL = !jb->braw && (kp <= KSLICE_FULL || nip == 1) ? kp : KSLICE;
+    const int64_t KSL = kp <= KSLICE_FULL || nip == 1 ? kp : KSLICE;
     const int64_t nkb = (kp + KSL - 1) / KSL;
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
         const int64_t steps = (kend - kbeg) / 64;
         const int last = kb == nkb - 1;
         const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
-        if (jb->braw) /* a first call: pack the task's slice of B (every panel) here */
-            for (int64_t k0 = kbeg; k0 < kend; k0 += 4) {
-                const int8_t *rp[4];
-                for (int q = 0; q < 4; q++)
-                    rp[q] = k0 + q < p->k ? jb->braw + (k0 + q) * jb->ldb + j0 : NULL;
-                /* rows RAW_PFD ahead: each row's piece lies on its own page, out of reach
-                 * of the hardware prefetchers */
-                for (int64_t kk = k0 + RAW_PFD; kk < k0 + RAW_PFD + 4 && kk < p->k; kk++)
-                    for (int64_t c = 0; c < j1 - j0; c += 64)
-                        _mm_prefetch((const char *)(jb->braw + kk * jb->ldb + j0 + c), _MM_HINT_T0);
-                ember__qpack8_avx512(rp, j1 - j0, njp * 32, unp + (k0 - kbeg) * 32,
-                                     (KSLICE / 4) * 128);
-            }
         for (int64_t jp = 0; jp < njp; jp++) {
             const int64_t j = j0 + jp * 32;
             /* bs: this panel's slice, K step kbeg + x at bs + x * 32 */
             const uint8_t *bs;
             uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
-            if (jb->braw) {
-                bs = unp + jp * (KSLICE / 4) * 128;
-            } else if (p->bits == 8) {
+            if (p->bits == 8) {
                 bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
             } else {
                 unpack_slice(p, j, kbeg, kend, u);
@@ -226,7 +205,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             const uint8_t *bs1 = bs + 64;
             /* the B slice used next, prefetched into L2 a piece per K step of each row block */
             const char *nx = NULL;
-            if (p->bits == 8 && !jb->braw) {
+            if (p->bits == 8) {
                 if (jp + 1 < njp)
                     nx = (const char *)(p->b + ((j + 32) / 32) * (kp / 4) * 128 + kbeg * 32);
                 else if (!last)
@@ -312,6 +291,14 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * 32 rows (the sums' round trips), 256 gave 899-1143. */
 #define DAMX_KC 128
 
+/* tasks of more than 32 rows: narrower passes and deeper chunks (more tile work per round trip of
+ * the sums), the same buffer. Measured against the AMX slice-packing path (ember__qgemm_raw, since
+ * removed) that took these rows before (bench_qgemm, 2 threads, three alternations): 128 x 4096^2
+ * 1662-1983 -> 1885-2294 GOPS, 128 x 11008 x 4096 1437-1515 -> 1664-1803; passes of 256-1024
+ * columns and chunks of 256-1024 rows were within the noise of these. */
+#define DAMX_W_TALL 512
+#define DAMX_KC_TALL 512
+
 size_t ember__qdirect_amx_work_bytes(void) {
     return (size_t)DAMX_KC * EMBER__DIRECT_W + (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
 }
@@ -338,24 +325,28 @@ static void damx_config(int64_t m) {
 }
 
 void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
-    /* int32 sums [piece][q][32 rows][16], then the staged chunk */
-    int32_t *acc = work;
-    uint8_t *st = (uint8_t *)work + (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
     const int64_t m = d->m, k = d->k, lda = d->lda;
+    /* over 32 rows: whole blocks of 32 (A's padding rows are zeros), rs rows per (piece, q) */
+    const int tall = m > 32;
+    const int64_t nrb = tall ? (m + 31) / 32 : 1, rs = nrb * 32;
+    const int64_t W = tall ? DAMX_W_TALL : EMBER__DIRECT_W, KC = tall ? DAMX_KC_TALL : DAMX_KC;
+    /* int32 sums [piece][q][rs rows][16], then the staged chunk */
+    int32_t *acc = work;
+    uint8_t *st = (uint8_t *)work + (size_t)(W / 64) * 4 * (size_t)rs * 16 * 4;
     if (j1 > d->n)
         j1 = d->n;
-    damx_config(m);
-    for (int64_t jt = j0; jt < j1; jt += EMBER__DIRECT_W) {
-        const int64_t jn = j1 - jt < EMBER__DIRECT_W ? j1 - jt : EMBER__DIRECT_W;
+    damx_config(tall ? 32 : m);
+    for (int64_t jt = j0; jt < j1; jt += W) {
+        const int64_t jn = j1 - jt < W ? j1 - jt : W;
         const int64_t npc = (jn + 63) / 64, gs = npc * 256; /* staged bytes per group of 4 k */
-        for (int64_t kc = 0; kc < k; kc += DAMX_KC) {
+        for (int64_t kc = 0; kc < k; kc += KC) {
             /* whole tiles of 16 groups: groups past K are staged as zeros */
-            const int64_t ng = ((k - kc < DAMX_KC ? k - kc : DAMX_KC) + 63) / 64 * 16;
+            const int64_t ng = ((k - kc < KC ? k - kc : KC) + 63) / 64 * 16;
             for (int64_t g = 0; g < ng; g++)
                 ember__qdirect_stage(d, kc + 4 * g, jt, jn, st + g * gs);
             const int first = kc == 0;
             for (int64_t pc = 0; pc < npc; pc++) {
-                int32_t *ap = acc + pc * 4 * 32 * 16; /* this piece's sums, [q][32][16] */
+                int32_t *ap = acc + pc * 4 * rs * 16; /* this piece's sums, [q][rs][16] */
                 const uint8_t *bp = st + pc * 256;
                 if (m <= 16) {
                     if (first) {
@@ -365,9 +356,9 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                         _tile_zero(3);
                     } else {
                         _tile_loadd(0, ap, 64);
-                        _tile_loadd(1, ap + 32 * 16, 64);
-                        _tile_loadd(2, ap + 2 * 32 * 16, 64);
-                        _tile_loadd(3, ap + 3 * 32 * 16, 64);
+                        _tile_loadd(1, ap + rs * 16, 64);
+                        _tile_loadd(2, ap + 2 * rs * 16, 64);
+                        _tile_loadd(3, ap + 3 * rs * 16, 64);
                     }
                     for (int64_t s = 0; s < ng / 16; s++) {
                         const uint8_t *b = bp + s * 16 * gs;
@@ -382,50 +373,52 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                         _tile_dpbssd(3, 4, 6);
                     }
                     _tile_stored(0, ap, 64);
-                    _tile_stored(1, ap + 32 * 16, 64);
-                    _tile_stored(2, ap + 2 * 32 * 16, 64);
-                    _tile_stored(3, ap + 3 * 32 * 16, 64);
+                    _tile_stored(1, ap + rs * 16, 64);
+                    _tile_stored(2, ap + 2 * rs * 16, 64);
+                    _tile_stored(3, ap + 3 * rs * 16, 64);
                     continue;
                 }
-                for (int q = 0; q < 4; q += 2) {
-                    int32_t *c0 = ap + q * 32 * 16, *c1 = c0 + 32 * 16;
-                    if (first) {
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_zero(2);
-                        _tile_zero(3);
-                    } else {
-                        _tile_loadd(0, c0, 64);
-                        _tile_loadd(1, c1, 64);
-                        _tile_loadd(2, c0 + 16 * 16, 64);
-                        _tile_loadd(3, c1 + 16 * 16, 64);
+                for (int64_t rb = 0; rb < nrb; rb++)
+                    for (int q = 0; q < 4; q += 2) {
+                        int32_t *c0 = ap + (q * rs + rb * 32) * 16, *c1 = c0 + rs * 16;
+                        const int8_t *a0 = d->a + rb * 32 * lda + kc;
+                        if (first) {
+                            _tile_zero(0);
+                            _tile_zero(1);
+                            _tile_zero(2);
+                            _tile_zero(3);
+                        } else {
+                            _tile_loadd(0, c0, 64);
+                            _tile_loadd(1, c1, 64);
+                            _tile_loadd(2, c0 + 16 * 16, 64);
+                            _tile_loadd(3, c1 + 16 * 16, 64);
+                        }
+                        for (int64_t s = 0; s < ng / 16; s++) {
+                            const uint8_t *b = bp + s * 16 * gs + q * 64;
+                            _tile_loadd(4, a0 + s * 64, lda);
+                            _tile_loadd(6, b, gs);
+                            _tile_dpbssd(0, 4, 6);
+                            _tile_loadd(7, b + 64, gs);
+                            _tile_dpbssd(1, 4, 7);
+                            _tile_loadd(5, a0 + 16 * lda + s * 64, lda);
+                            _tile_dpbssd(2, 5, 6);
+                            _tile_dpbssd(3, 5, 7);
+                        }
+                        _tile_stored(0, c0, 64);
+                        _tile_stored(1, c1, 64);
+                        _tile_stored(2, c0 + 16 * 16, 64);
+                        _tile_stored(3, c1 + 16 * 16, 64);
                     }
-                    for (int64_t s = 0; s < ng / 16; s++) {
-                        const uint8_t *b = bp + s * 16 * gs + q * 64;
-                        _tile_loadd(4, d->a + kc + s * 64, lda);
-                        _tile_loadd(6, b, gs);
-                        _tile_dpbssd(0, 4, 6);
-                        _tile_loadd(7, b + 64, gs);
-                        _tile_dpbssd(1, 4, 7);
-                        _tile_loadd(5, d->a + 16 * lda + kc + s * 64, lda);
-                        _tile_dpbssd(2, 5, 6);
-                        _tile_dpbssd(3, 5, 7);
-                    }
-                    _tile_stored(0, c0, 64);
-                    _tile_stored(1, c1, 64);
-                    _tile_stored(2, c0 + 16 * 16, 64);
-                    _tile_stored(3, c1 + 16 * 16, 64);
-                }
             }
         }
         /* the lanes back in order, scaled or exact out */
         for (int64_t i = 0; i < m; i++) {
             const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
             for (int64_t pc = 0; pc < npc; pc++) {
-                const int32_t *s = acc + pc * 4 * 32 * 16 + i * 16;
-                const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + 32 * 16),
-                                      _mm512_load_si512(s + 2 * 32 * 16),
-                                      _mm512_load_si512(s + 3 * 32 * 16)};
+                const int32_t *s = acc + pc * 4 * rs * 16 + i * 16;
+                const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + rs * 16),
+                                      _mm512_load_si512(s + 2 * rs * 16),
+                                      _mm512_load_si512(s + 3 * rs * 16)};
                 __m512i o[4];
                 ember__qdirect_order(x, o);
                 for (int q = 0; q < 4; q++) {
@@ -624,15 +617,15 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     /* the driver's per-thread scratch: the int32 sums of the row blocks (MB_MAX x 32), then the
      * unpacked 4-bit panel (32 x kp) */
     int32_t(*acc)[32 * 32] = (int32_t(*)[32 * 32])(void *)jb->scratch[thread];
-    if (p->bits == 4 || jb->braw)
+    if (p->bits == 4)
         unp = jb->scratch[thread] + EMBER__AMX_ACC_BYTES;
     tile_config(ks);
     if (i1 > jb->mp)
         i1 = jb->mp;
-    if (jb->braw || (nch == 1 && jb->c && !p->sb16 &&
-                     ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 *
-                             (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) * (int64_t)(32 * 32 * 4) <=
-                         (int64_t)EMBER__AMX_ACC_BYTES)) {
+    if ((nch == 1 && jb->c && !p->sb16 &&
+         ((i1 < jb->m ? i1 : jb->m) - i0 + 31) / 32 * (((j1 < p->n ? j1 : p->n) - j0 + 31) / 32) *
+                 (int64_t)(32 * 32 * 4) <=
+             (int64_t)EMBER__AMX_ACC_BYTES)) {
         block_pipelined(jb, i0, i1, j0, j1, unp, acc);
         if (jb->nt_store)
             _mm_sfence(); /* the streamed rows of C, before the pool's join */
