@@ -564,8 +564,17 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
     ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0};
-    /* C of 1 MiB or more (half this CPU's L2) is streamed to memory (qgemm_amx.c, store_row) */
-    job.nt_store = C && (double)m * (double)p->n * sizeof(float) >= (double)(1 << 20);
+    /* C of 1 MiB or more (half this CPU's L2) is streamed to memory (qgemm_amx.c, store_row),
+     * unless it is under 16 MiB and K is long (over 2048): there few rows of C are written per
+     * K step, ordinary stores cost little beside the tiles and leave C in the caches. Measured
+     * (bench_qgemm, 2 threads, three alternations, cached B, GOPS): 128 x 11008 x 4096 2988-3298
+     * -> 3488-3763, 128 x 4096^2 2644-3097 -> 3038-3154, 512 x 4096^2 3695-4597 -> 4063-4175
+     * (ratios to oneDNN 1.34-1.53 -> 1.47-1.53). Streaming stayed ahead at 1024^3 (first calls
+     * 3243-3504 against 2750-2808 with ordinary stores) and at 4096^3 (C of 64 MiB: 4.8 against 3.4
+     * TOPS). */
+    const double cbytes = (double)m * (double)p->n * sizeof(float);
+    job.nt_store =
+        C && cbytes >= (double)(1 << 20) && (cbytes >= (double)(16 << 20) || p->kp <= 2048);
     if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
         int same = 1;
         for (int64_t i = 0; i < m && same; i++)
