@@ -731,6 +731,48 @@ static void test_q_matmul_oom(void) {
     ember_context_destroy(ctx);
 }
 
+/* a first call on B as it is stored (the unpacked kernels' buffers): every allocation failure
+ * gives EMBER_ERR_OUT_OF_MEMORY, frees what the call took, leaves B unpacked and unmarked (its
+ * next use is still a first call), and the operands still give the right answer */
+static void test_direct_oom(void) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    static const int64_t rows[2] = {8, 70};
+    for (int r = 0; r < 2; r++) {
+        int done = 0;
+        for (long n = 1; n < 200 && !done; n++) {
+            ember_context *ctx = tu_cpu_context(); /* a fresh one: no scratch kept yet */
+            ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){rows[r], 96}),
+                         *b = mk_q(ctx, &s, 2, (int64_t[]){96, 300});
+            int64_t cells;
+            double *ref = reference(a, b, &cells);
+            long live0 = ember__alloc_live();
+            ember__alloc_fail_at(n);
+            ember_tensor *y = (ember_tensor *)&done;
+            ember_status st = ember_q_matmul(a, b, &y);
+            ember__alloc_fail_at(0);
+            if (st == EMBER_OK) {
+                done = 1;
+                CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+                ember_tensor_free(y);
+            } else {
+                TU_ASSERT_STATUS(st, EMBER_ERR_OUT_OF_MEMORY, NULL);
+                CU_ASSERT_PTR_NULL(y);
+                CU_ASSERT_FALSE(packed(b));
+                CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+                TU_OK(ember_q_matmul(a, b, &y)); /* still a first call: B stays unpacked */
+                CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+                CU_ASSERT_FALSE(packed(b));
+                ember_tensor_free(y);
+            }
+            free(ref);
+            ember_tensor_free(a);
+            ember_tensor_free(b);
+            ember_context_destroy(ctx);
+        }
+        CU_ASSERT(done);
+    }
+}
+
 /* EMBER_CPU_MAX_ISA / cpu_max_isa caps the tier; ember_device_describe names it. */
 static void test_tier_cap(void) {
     static const char *caps[] = {"scalar", "avx2", "avx512_vnni", "amx", NULL};
@@ -866,6 +908,7 @@ int main(void) {
         {"decode first call unpacked, packed from the second", test_first_call_policy},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
+        {"first calls on B as stored: allocation failures", test_direct_oom},
         {"cpu_max_isa caps the tier, describe names it", test_tier_cap},
         {"EMBER_CPU_MAX_ISA caps the tier", test_tier_cap_env},
         {"thread pool", test_thread_pool},
