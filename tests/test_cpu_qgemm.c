@@ -691,17 +691,17 @@ static void test_dynamic_activation_quant(void) {
     }
 }
 
-/* Allocation failures inside the entry: OUT_OF_MEMORY, NULL output, nothing leaked once the
- * operands are freed, inputs untouched (the result afterwards is still right). */
-static void test_q_matmul_oom(void) {
-    ember_context *ctx = tu_cpu_context();
-    ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_qscheme sb =
-        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
-    const int64_t ash[2] = {33, 64}, bsh[2] = {64, 40};
+/* Fail the n-th allocation of one q_matmul, for n = 1, 2, ... until the call succeeds (a fresh
+ * context each time, so that the kernels' scratch is allocated too): each failure gives
+ * EMBER_ERR_OUT_OF_MEMORY and no output, frees what the call took (where B got no pack), and the
+ * operands still give the right answer. first_call: B is multiplied as it is stored, so it must
+ * stay unpacked and unmarked (the retry is a first call again). */
+static void oom_walk(const ember_qscheme *sa, const int64_t ash[2], const ember_qscheme *sb,
+                     const int64_t bsh[2], int first_call) {
     int done = 0;
     for (long n = 1; n < 200 && !done; n++) {
-        ember_tensor *a = mk_q(ctx, &sa, 2, ash), *b = mk_q(ctx, &sb, 2, bsh);
+        ember_context *ctx = tu_cpu_context();
+        ember_tensor *a = mk_q(ctx, sa, 2, ash), *b = mk_q(ctx, sb, 2, bsh);
         int64_t cells;
         double *ref = reference(a, b, &cells);
         long live0 = ember__alloc_live();
@@ -716,61 +716,37 @@ static void test_q_matmul_oom(void) {
         } else {
             TU_ASSERT_STATUS(st, EMBER_ERR_OUT_OF_MEMORY, NULL);
             CU_ASSERT_PTR_NULL(y);
+            if (first_call)
+                CU_ASSERT_FALSE(packed(b));
             if (!packed(b))
                 CU_ASSERT_EQUAL(ember__alloc_live(), live0);
-            /* the operands still give the right answer */
             TU_OK(ember_q_matmul(a, b, &y));
             CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            if (first_call)
+                CU_ASSERT_FALSE(packed(b));
             ember_tensor_free(y);
         }
         free(ref);
         ember_tensor_free(a);
         ember_tensor_free(b);
+        ember_context_destroy(ctx);
     }
     CU_ASSERT(done);
-    ember_context_destroy(ctx);
 }
 
-/* a first call on B as it is stored (the unpacked kernels' buffers): every allocation failure
- * gives EMBER_ERR_OUT_OF_MEMORY, frees what the call took, leaves B unpacked and unmarked (its
- * next use is still a first call), and the operands still give the right answer */
+/* the packing path (4-bit blocked B) */
+static void test_q_matmul_oom(void) {
+    ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme sb =
+        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
+    oom_walk(&sa, (int64_t[]){33, 64}, &sb, (int64_t[]){64, 40}, 0);
+}
+
+/* first calls on B as it is stored (8 and 70 rows: the unpacked kernels' buffers) */
 static void test_direct_oom(void) {
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    static const int64_t rows[2] = {8, 70};
-    for (int r = 0; r < 2; r++) {
-        int done = 0;
-        for (long n = 1; n < 200 && !done; n++) {
-            ember_context *ctx = tu_cpu_context(); /* a fresh one: no scratch kept yet */
-            ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){rows[r], 96}),
-                         *b = mk_q(ctx, &s, 2, (int64_t[]){96, 300});
-            int64_t cells;
-            double *ref = reference(a, b, &cells);
-            long live0 = ember__alloc_live();
-            ember__alloc_fail_at(n);
-            ember_tensor *y = (ember_tensor *)&done;
-            ember_status st = ember_q_matmul(a, b, &y);
-            ember__alloc_fail_at(0);
-            if (st == EMBER_OK) {
-                done = 1;
-                CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
-                ember_tensor_free(y);
-            } else {
-                TU_ASSERT_STATUS(st, EMBER_ERR_OUT_OF_MEMORY, NULL);
-                CU_ASSERT_PTR_NULL(y);
-                CU_ASSERT_FALSE(packed(b));
-                CU_ASSERT_EQUAL(ember__alloc_live(), live0);
-                TU_OK(ember_q_matmul(a, b, &y)); /* still a first call: B stays unpacked */
-                CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
-                CU_ASSERT_FALSE(packed(b));
-                ember_tensor_free(y);
-            }
-            free(ref);
-            ember_tensor_free(a);
-            ember_tensor_free(b);
-            ember_context_destroy(ctx);
-        }
-        CU_ASSERT(done);
-    }
+    oom_walk(&s, (int64_t[]){8, 96}, &s, (int64_t[]){96, 300}, 1);
+    oom_walk(&s, (int64_t[]){70, 96}, &s, (int64_t[]){96, 300}, 1);
 }
 
 /* EMBER_CPU_MAX_ISA / cpu_max_isa caps the tier; ember_device_describe names it. */

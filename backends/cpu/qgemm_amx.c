@@ -39,6 +39,31 @@ static void tile_config(int ks) {
     __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
 }
 
+/* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1, B tiles (tmm6, tmm7) at B0 and
+ * B1, row strides LDA and LDB, products into tmm0-3 with DP (_tile_dpbsud on biased unsigned B,
+ * _tile_dpbssd on signed B). Loads and products interleave so that the tile unit starts on the
+ * first pair while the others load. */
+#define AMX_STEP22(DP, A0, A1, LDA, B0, B1, LDB)                                                   \
+    do {                                                                                           \
+        _tile_loadd(4, (A0), (LDA));                                                               \
+        _tile_loadd(6, (B0), (LDB));                                                               \
+        DP(0, 4, 6);                                                                               \
+        _tile_loadd(7, (B1), (LDB));                                                               \
+        DP(1, 4, 7);                                                                               \
+        _tile_loadd(5, (A1), (LDA));                                                               \
+        DP(2, 5, 6);                                                                               \
+        DP(3, 5, 7);                                                                               \
+    } while (0)
+
+/* the four accumulator tiles cleared */
+#define AMX_ZERO4()                                                                                \
+    do {                                                                                           \
+        _tile_zero(0);                                                                             \
+        _tile_zero(1);                                                                             \
+        _tile_zero(2);                                                                             \
+        _tile_zero(3);                                                                             \
+    } while (0)
+
 /* 4-bit 32-column panel -> the 8-bit layout [kp/4][2][64] (still biased by 8) */
 static void unpack_panel(const ember__qpack *p, int64_t j, uint8_t *dst) {
     const int64_t kp = p->kp;
@@ -73,33 +98,16 @@ static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) 
 /* One 32 x 32 block, one K chunk [k0, k1), int32 sums into out[32][32]. */
 static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, const uint8_t *b1,
                        int64_t k0, int64_t k1, int ks, int32_t *out) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    AMX_ZERO4();
     if (ks == 64) {
         for (int64_t k = k0; k < k1; k += 64) {
-            _tile_loadd(4, a0 + k * 32, 64);
-            _tile_loadd(6, b0 + k * 32, 128);
-            _tile_dpbsud(0, 4, 6);
-            _tile_loadd(7, b1 + k * 32, 128);
-            _tile_dpbsud(1, 4, 7);
-            _tile_loadd(5, a1 + k * 32, 64);
-            _tile_dpbsud(2, 5, 6);
-            _tile_dpbsud(3, 5, 7);
+            AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, b0 + k * 32, b1 + k * 32, 128);
         }
     } else {
         for (int64_t k = k0; k < k1; k += 32) {
             /* A blocks are 64 wide: the 32-k half sits at column offset k % 64 */
             const int64_t ao = (k / 64) * 2048 + (k % 64);
-            _tile_loadd(4, a0 + ao, 64);
-            _tile_loadd(6, b0 + k * 32, 128);
-            _tile_dpbsud(0, 4, 6);
-            _tile_loadd(7, b1 + k * 32, 128);
-            _tile_dpbsud(1, 4, 7);
-            _tile_loadd(5, a1 + ao, 64);
-            _tile_dpbsud(2, 5, 6);
-            _tile_dpbsud(3, 5, 7);
+            AMX_STEP22(_tile_dpbsud, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
         }
     }
     _tile_stored(0, out, 128);
@@ -230,10 +238,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 int32_t *ac = acc[jp * nip + ii];
                 const char *pfb = nx ? nx + ii * slice : NULL;
                 if (kb == 0) {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
+                    AMX_ZERO4();
                 } else {
                     _tile_loadd(0, ac, 128);
                     _tile_loadd(1, ac + 16, 128);
@@ -242,14 +247,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 }
                 for (int64_t st = 0; st < steps; st++) {
                     const int64_t k = kbeg + st * 64;
-                    _tile_loadd(4, a0 + k * 32, 64);
-                    _tile_loadd(6, bs + st * 2048, 128);
-                    _tile_dpbsud(0, 4, 6);
-                    _tile_loadd(7, bs1 + st * 2048, 128);
-                    _tile_dpbsud(1, 4, 7);
-                    _tile_loadd(5, a1 + k * 32, 64);
-                    _tile_dpbsud(2, 5, 6);
-                    _tile_dpbsud(3, 5, 7);
+                    AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
+                               bs1 + st * 2048, 128);
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                     if (last && prev_i >= 0 && st * per < prev_rows) {
@@ -350,10 +349,7 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                 const uint8_t *bp = st + pc * 256;
                 if (m <= 16) {
                     if (first) {
-                        _tile_zero(0);
-                        _tile_zero(1);
-                        _tile_zero(2);
-                        _tile_zero(3);
+                        AMX_ZERO4();
                     } else {
                         _tile_loadd(0, ap, 64);
                         _tile_loadd(1, ap + rs * 16, 64);
@@ -383,10 +379,7 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                         int32_t *c0 = ap + (q * rs + rb * 32) * 16, *c1 = c0 + rs * 16;
                         const int8_t *a0 = d->a + rb * 32 * lda + kc;
                         if (first) {
-                            _tile_zero(0);
-                            _tile_zero(1);
-                            _tile_zero(2);
-                            _tile_zero(3);
+                            AMX_ZERO4();
                         } else {
                             _tile_loadd(0, c0, 64);
                             _tile_loadd(1, c1, 64);
@@ -395,14 +388,8 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                         }
                         for (int64_t s = 0; s < ng / 16; s++) {
                             const uint8_t *b = bp + s * 16 * gs + q * 64;
-                            _tile_loadd(4, a0 + s * 64, lda);
-                            _tile_loadd(6, b, gs);
-                            _tile_dpbssd(0, 4, 6);
-                            _tile_loadd(7, b + 64, gs);
-                            _tile_dpbssd(1, 4, 7);
-                            _tile_loadd(5, a0 + 16 * lda + s * 64, lda);
-                            _tile_dpbssd(2, 5, 6);
-                            _tile_dpbssd(3, 5, 7);
+                            AMX_STEP22(_tile_dpbssd, a0 + s * 64, a0 + 16 * lda + s * 64, lda, b,
+                                       b + 64, gs);
                         }
                         _tile_stored(0, c0, 64);
                         _tile_stored(1, c1, 64);
@@ -564,33 +551,18 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                 continue;
             }
             for (int64_t c = 0; c < nch; c++) {
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_zero(2);
-                _tile_zero(3);
+                AMX_ZERO4();
                 if (sgn)
                     for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
                         const int64_t ao = (k / 64) * 2048 + (k % 64);
-                        _tile_loadd(4, a0 + ao, 64);
-                        _tile_loadd(6, b0 + k * 32, 128);
-                        _tile_dpbssd(0, 4, 6);
-                        _tile_loadd(7, b1 + k * 32, 128);
-                        _tile_dpbssd(1, 4, 7);
-                        _tile_loadd(5, a1 + ao, 64);
-                        _tile_dpbssd(2, 5, 6);
-                        _tile_dpbssd(3, 5, 7);
+                        AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32,
+                                   128);
                     }
                 else
                     for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
                         const int64_t ao = (k / 64) * 2048 + (k % 64);
-                        _tile_loadd(4, a0 + ao, 64);
-                        _tile_loadd(6, b0 + k * 32, 128);
-                        _tile_dpbsud(0, 4, 6);
-                        _tile_loadd(7, b1 + k * 32, 128);
-                        _tile_dpbsud(1, 4, 7);
-                        _tile_loadd(5, a1 + ao, 64);
-                        _tile_dpbsud(2, 5, 6);
-                        _tile_dpbsud(3, 5, 7);
+                        AMX_STEP22(_tile_dpbsud, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32,
+                                   128);
                     }
                 if (c > 0)
                     epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn, k0m,
@@ -716,10 +688,7 @@ double ember__qpeak_amx(int64_t iters) {
     _tile_loadd(5, zeros, 64);
     _tile_loadd(6, zeros, 64);
     _tile_loadd(7, zeros, 64);
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    AMX_ZERO4();
     for (int64_t it = 0; it < iters; it++) {
         _tile_dpbssd(0, 4, 6);
         _tile_dpbssd(1, 4, 7);
