@@ -217,13 +217,14 @@ static void test_float_path_exact(void) {
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     static const int64_t shapes[][3] = {
-        {300, 560, 700}, /* one K slice, 2 x 2 tasks, ragged edges */
-        {70, 100, 2500}, /* slices of 512, K not a multiple of 64 */
-        {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
-        {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
-        {33, 65, 2048},  /* exactly the whole-K limit */
-        {520, 544, 256}, /* C of 1.1 MiB: rows written with streaming stores */
-        {20, 70, 2100},  /* one row block past the whole-K limit: still whole K */
+        {300, 560, 700},  /* one K slice, 2 x 2 tasks, ragged edges */
+        {70, 100, 2500},  /* slices of 512, K not a multiple of 64 */
+        {200, 70, 1536},  /* whole K; blocks of 32 and 256 divide it */
+        {530, 40, 2049},  /* just past the whole-K limit: sliced, taller tasks */
+        {33, 65, 2048},   /* exactly the whole-K limit */
+        {520, 544, 256},  /* C of 1.1 MiB: ordinary stores, lines fetched for writing ahead */
+        {1024, 4100, 32}, /* C of 16 MiB: rows written with streaming stores */
+        {20, 70, 2100},   /* one row block past the whole-K limit: still whole K */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;

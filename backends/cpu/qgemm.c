@@ -563,18 +563,21 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                      rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0};
-    /* C of 1 MiB or more (half this CPU's L2) is streamed to memory (qgemm_amx.c, store_row),
-     * unless it is under 16 MiB and K is long (over 2048): there few rows of C are written per
-     * K step, ordinary stores cost little beside the tiles and leave C in the caches. Measured
-     * (bench_qgemm, 2 threads, three alternations, cached B, GOPS): 128 x 11008 x 4096 2988-3298
-     * -> 3488-3763, 128 x 4096^2 2644-3097 -> 3038-3154, 512 x 4096^2 3695-4597 -> 4063-4175
-     * (ratios to oneDNN 1.34-1.53 -> 1.47-1.53). Streaming stayed ahead at 1024^3 (first calls
-     * 3243-3504 against 2750-2808 with ordinary stores) and at 4096^3 (C of 64 MiB: 4.8 against 3.4
-     * TOPS). */
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0, 0};
+    /* C of 16 MiB or more is streamed to memory (qgemm_amx.c, store_row): it would not stay in
+     * the caches, and streaming skips the read for ownership of each line. A smaller C is written
+     * with ordinary stores, its lines fetched for writing a few per K step ahead of the epilogue
+     * (job.pfw; the way oneDNN's AMX kernels write their output), so that the product's operands
+     * and C share the caches without stalls. bench_qgemm, 2 threads, cached B, the build before
+     * (streaming from 1 MiB where K <= 2048, ordinary stores without the early fetch below 16 MiB
+     * beyond) and this one alternated three times, e_q8 / oneDNN reordered: 1024^3 0.92-0.96 ->
+     * 1.12-1.22, 512 x 4096^2 1.39-1.53 -> 1.52-1.54, 128 x 11008 x 4096 1.84-2.04 -> 2.00-2.14,
+     * the rest within the noise (first calls at 1024^3 1.28-1.40 -> 1.13-1.39 of oneDNN plain).
+     * Not streaming at 2048^3 was +4%, at 4096^3 -7%; ordinary stores without the early fetch
+     * lost at 1024^3. */
     const double cbytes = (double)m * (double)p->n * sizeof(float);
-    job.nt_store =
-        C && cbytes >= (double)(1 << 20) && (cbytes >= (double)(16 << 20) || p->kp <= 2048);
+    job.nt_store = C && cbytes >= (double)(16 << 20);
+    job.pfw = C && !job.nt_store;
     if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
         int same = 1;
         for (int64_t i = 0; i < m && same; i++)

@@ -156,6 +156,8 @@ typedef struct ember__qjob {
                           sa[i * nch]): a kernel may apply it once per row after the chunk sums */
     int nt_store;      /* C is large: full aligned rows of 64 bytes may be written with streaming
                           stores (the kernel fences before it returns) */
+    int pfw;           /* C is written with ordinary stores: a kernel may fetch its lines for
+                          writing ahead of the epilogue */
 } ember__qjob;
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */

@@ -251,6 +251,16 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                                bs1 + st * 2048, 128);
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
+                    if (jb->pfw && last && st * per < 32) {
+                        /* this block's rows of C, fetched for writing ahead of its epilogue
+                         * (which runs during the next block's steps) */
+                        const int64_t r0 = st * per, r1 = r0 + per < 32 ? r0 + per : 32;
+                        for (int64_t r = r0; r < r1 && i + r < jb->m; r++) {
+                            const char *o = (const char *)(jb->c + (i + r) * jb->ldc + j);
+                            __builtin_prefetch(o, 1, 3);
+                            __builtin_prefetch(o + 64, 1, 3);
+                        }
+                    }
                     if (last && prev_i >= 0 && st * per < prev_rows) {
                         int64_t r1 = st * per + per;
                         epi_rows(jb, pb, prev_i, j, st * per, r1 < prev_rows ? r1 : prev_rows, s0,
