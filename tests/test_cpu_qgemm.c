@@ -362,6 +362,21 @@ static void test_direct(void) {
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     int ran = direct_cases(s);
+    /* K = 0: empty sums, zeros out */
+    {
+        float z[3 * 5];
+        int32_t z32[3 * 5];
+        for (int e = 0; e < 15; e++)
+            z[e] = NAN, z32[e] = 7;
+        const int8_t one = 1;
+        if (ember__qgemm_direct(s, 3, 5, 0, &one, 1, NULL, &one, 5, NULL, z, NULL, 5) == EMBER_OK) {
+            TU_OK(ember__qgemm_direct(s, 3, 5, 0, &one, 1, NULL, &one, 5, NULL, NULL, z32, 5));
+            for (int e = 0; e < 15; e++) {
+                CU_ASSERT_EQUAL(z[e], 0.0f);
+                CU_ASSERT_EQUAL(z32[e], 0);
+            }
+        }
+    }
     /* more rows than either kernel takes: declined, nothing written */
     static int8_t a129[129 * 8] = {1}, b8[8 * 4] = {1};
     static float c129[129 * 4] = {42.0f};

@@ -679,6 +679,16 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (m <= 0 || n <= 0)
         return EMBER_OK;
+    if (k <= 0) { /* empty sums */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                if (C32)
+                    C32[i * ldc + j] = 0;
+                else
+                    C[i * ldc + j] = 0.0f;
+            }
+        return EMBER_OK;
+    }
     /* A's rows padded with zeros to whole groups of 4 k (VNNI: the kernel reads 4 bytes at a
      * time) or whole tiles (AMX: 64 k), their sums (VNNI: the bias correction), and each
      * thread's buffers */
