@@ -1,6 +1,7 @@
 /* backends/cpu/qgemm.c: tier selection, operand packing and the threaded driver of the int8
  * matmul, plus the scalar tier (the reference every other tier is tested against). See qgemm.h
  * for the packed layouts. Baseline x86-64 only here (SSE2 for the packing shuffles). */
+#include <stdatomic.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -400,6 +401,31 @@ void ember__qblock_scalar(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
 
 /* ------------------------------------------------------------------ driver */
 
+/* Per-call buffers for the threads that take tasks. Pool thread ids run up to the context's
+ * thread count (up to 1024), and a call needs no more buffers than it has tasks: a thread takes
+ * the next free buffer the first time it runs one of the call's tasks and keeps it. (Buffers
+ * were once indexed by thread id in a fixed array of 64: beyond 64 threads, out of bounds.) */
+#define SLOT_IDS 1025 /* thread ids: the caller and up to 1024 more */
+typedef struct slot_map {
+    atomic_int next;
+    int16_t of[SLOT_IDS]; /* per thread id: its buffer, -1 before its first task here */
+} slot_map;
+
+static void slots_init(slot_map *m) {
+    atomic_init(&m->next, 0);
+    memset(m->of, 0xff, sizeof m->of);
+}
+
+/* thread's buffer: each entry is written and read by its own thread only */
+static int slot_of(slot_map *m, int thread) {
+    int q = m->of[thread];
+    if (q < 0) {
+        q = atomic_fetch_add_explicit(&m->next, 1, memory_order_relaxed);
+        m->of[thread] = (int16_t)q;
+    }
+    return q;
+}
+
 typedef struct pack_a_arg {
     const ember__qpack *p;
     const int8_t *A;
@@ -480,10 +506,12 @@ typedef struct run_arg {
     const ember__qjob *job;
     ember__qblock_fn fn;
     int64_t mb, nb, ntn;
+    slot_map *slots;
 } run_arg;
 
 static void run_task(void *varg, int64_t task, int thread) {
     const run_arg *r = varg;
+    thread = slot_of(r->slots, thread); /* the kernels index their scratch with it */
     const int64_t ti = task / r->ntn, tj = task % r->ntn;
     const int64_t i0 = ti * r->mb, j0 = tj * r->nb;
     int64_t i1 = i0 + r->mb, j1 = j0 + r->nb;
@@ -541,53 +569,6 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * raw B: one K slice of a task's 256 columns (256 x 512) */
     const size_t per =
         amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
-    const int nscr = nt < 64 ? nt : 64;
-    const size_t total = abytes + rbytes + sbytes + per * (size_t)nscr;
-    uint8_t *mem = ember__cpu_scratch_get(s, total);
-    const int from_scratch = mem != NULL;
-    if (!mem)
-        mem = ember__aligned_alloc(total);
-    EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
-                  "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m,
-                  (long long)p->k);
-    int8_t *ap = (int8_t *)mem;
-    int32_t *rs = (int32_t *)(mem + abytes);
-    float *sap = (float *)(mem + abytes + rbytes);
-    uint8_t *scratch[64] = {0};
-    for (int q = 0; q < nscr && per; q++)
-        scratch[q] = mem + abytes + rbytes + sbytes + per * (size_t)q;
-    for (size_t i = 0; i < rsn; i++)
-        sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
-    pack_a_arg pa = {p,  A,   lda,
-                     m,  mp,  ap,
-                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
-    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
-
-    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0, 0};
-    /* C of 16 MiB or more is streamed to memory (qgemm_amx.c, store_row): it would not stay in
-     * the caches, and streaming skips the read for ownership of each line. A smaller C is written
-     * with ordinary stores, its lines fetched for writing a few per K step ahead of the epilogue
-     * (job.pfw; the way oneDNN's AMX kernels write their output), so that the product's operands
-     * and C share the caches without stalls. bench_qgemm, 2 threads, cached B, the build before
-     * (streaming from 1 MiB where K <= 2048, ordinary stores without the early fetch below 16 MiB
-     * beyond) and this one alternated three times, e_q8 / oneDNN reordered: 1024^3 0.92-0.96 ->
-     * 1.12-1.22, 512 x 4096^2 1.39-1.53 -> 1.52-1.54, 128 x 11008 x 4096 1.84-2.04 -> 2.00-2.14,
-     * the rest within the noise (first calls at 1024^3 1.28-1.40 -> 1.13-1.39 of oneDNN plain).
-     * Not streaming at 2048^3 was +4%, at 4096^3 -7%; ordinary stores without the early fetch
-     * lost at 1024^3. */
-    const double cbytes = (double)m * (double)p->n * sizeof(float);
-    job.nt_store = C && cbytes >= (double)(16 << 20);
-    job.pfw = C && !job.nt_store;
-    if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
-        int same = 1;
-        for (int64_t i = 0; i < m && same; i++)
-            for (int64_t c = 1; c < p->nch; c++)
-                if (sap[i * p->nch + c] != sap[i * p->nch]) {
-                    same = 0;
-                    break;
-                }
-        job.sa_row = same;
-    }
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {
@@ -623,7 +604,59 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         while (nb > 32 && ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb) < 4 * nt)
             nb /= 2;
     }
-    run_arg r = {&job, thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb};
+    const int64_t ntasks = ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb);
+    const int64_t nscr = per ? (ntasks < nt ? ntasks : nt) : 0; /* buffers: one a thread at work */
+    const size_t pbytes = round_up64((size_t)nscr * sizeof(uint8_t *));
+    const size_t total = abytes + rbytes + sbytes + pbytes + per * (size_t)nscr;
+    uint8_t *mem = ember__cpu_scratch_get(s, total);
+    const int from_scratch = mem != NULL;
+    if (!mem)
+        mem = ember__aligned_alloc(total);
+    EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
+                  "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m,
+                  (long long)p->k);
+    int8_t *ap = (int8_t *)mem;
+    int32_t *rs = (int32_t *)(mem + abytes);
+    float *sap = (float *)(mem + abytes + rbytes);
+    uint8_t **scratch = (uint8_t **)(void *)(mem + abytes + rbytes + sbytes);
+    for (int64_t q = 0; q < nscr; q++)
+        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + per * (size_t)q;
+    for (size_t i = 0; i < rsn; i++)
+        sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
+    pack_a_arg pa = {p,  A,   lda,
+                     m,  mp,  ap,
+                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
+
+    ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0, 0};
+    /* C of 16 MiB or more is streamed to memory (qgemm_amx.c, store_row): it would not stay in
+     * the caches, and streaming skips the read for ownership of each line. A smaller C is written
+     * with ordinary stores, its lines fetched for writing a few per K step ahead of the epilogue
+     * (job.pfw; the way oneDNN's AMX kernels write their output), so that the product's operands
+     * and C share the caches without stalls. bench_qgemm, 2 threads, cached B, the build before
+     * (streaming from 1 MiB where K <= 2048, ordinary stores without the early fetch below 16 MiB
+     * beyond) and this one alternated three times, e_q8 / oneDNN reordered: 1024^3 0.92-0.96 ->
+     * 1.12-1.22, 512 x 4096^2 1.39-1.53 -> 1.52-1.54, 128 x 11008 x 4096 1.84-2.04 -> 2.00-2.14,
+     * the rest within the noise (first calls at 1024^3 1.28-1.40 -> 1.13-1.39 of oneDNN plain).
+     * Not streaming at 2048^3 was +4%, at 4096^3 -7%; ordinary stores without the early fetch
+     * lost at 1024^3. */
+    const double cbytes = (double)m * (double)p->n * sizeof(float);
+    job.nt_store = C && cbytes >= (double)(16 << 20);
+    job.pfw = C && !job.nt_store;
+    if (p->nch > 1) { /* e.g. a per-tensor or per-row A against block scales of B */
+        int same = 1;
+        for (int64_t i = 0; i < m && same; i++)
+            for (int64_t c = 1; c < p->nch; c++)
+                if (sap[i * p->nch + c] != sap[i * p->nch]) {
+                    same = 0;
+                    break;
+                }
+        job.sa_row = same;
+    }
+    slot_map slots;
+    slots_init(&slots);
+    run_arg r = {&job,  thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb,
+                 &slots};
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
      * verdict did not hold: the VM's state changes within seconds, and in a bench run where it
@@ -656,22 +689,25 @@ typedef struct direct_arg {
     const ember__qdirect *d;
     int64_t nb;
     int amx;
-    uint8_t *work[64];
+    uint8_t *work; /* one buffer of wbytes a thread at work */
+    size_t wbytes;
+    slot_map *slots;
 } direct_arg;
 
 static void direct_task(void *varg, int64_t task, int thread) {
     const direct_arg *a = varg;
+    uint8_t *w = a->work + a->wbytes * (size_t)slot_of(a->slots, thread);
     if (a->amx)
-        ember__qdirect_amx(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
+        ember__qdirect_amx(a->d, task * a->nb, (task + 1) * a->nb, w);
     else
-        ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb, a->work[thread % 64]);
+        ember__qdirect_avx512(a->d, task * a->nb, (task + 1) * a->nb, w);
 }
 
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32,
                                  int64_t ldc) {
-    /* AMX for 2..32 rows (where the context's tier is AMX), AVX-512 VNNI for 1..16 */
+    /* AMX for 2..128 rows (where the context's tier is AMX), AVX-512 VNNI for 1..16 */
     const int amx = m >= 2 && m <= EMBER__DIRECT_AMX_M && ember__qtier_available(EMBER__QT_AMX) &&
                     (!s || ember__cpu_tier(s) == EMBER__QT_AMX);
     if (!amx && (!ember__qtier_available(EMBER__QT_AVX512) ||
@@ -693,7 +729,12 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
      * time) or whole tiles (AMX: 64 k), their sums (VNNI: the bias correction), and each
      * thread's buffers */
     const int nt = s ? s->num_threads : 1;
-    const int nw = nt < 64 ? nt : 64;
+    /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
+    int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
+    if (nb < 256)
+        nb = 256;
+    const int64_t ntasks = (n + nb - 1) / nb;
+    const int64_t nw = ntasks < nt ? ntasks : nt; /* buffers: one a thread at work */
     const int64_t k4 = round_up(k > 0 ? k : 1, amx ? 64 : 4);
     const int64_t mrows = amx && m > 32 ? round_up(m, 32) : m; /* AMX: whole 32-row blocks */
     const size_t abytes = round_up64((size_t)(mrows * k4)), rbytes = round_up64((size_t)m * 4);
@@ -715,14 +756,10 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     }
     memset(ap + m * k4, 0, (size_t)((mrows - m) * k4));
     ember__qdirect d = {m, n, k, ap, B, k4, ldb, sa, sb, C, C32, ldc, rs};
-    /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
-    int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
-    if (nb < 256)
-        nb = 256;
-    direct_arg a = {&d, nb, amx, {0}};
-    for (int q = 0; q < nw; q++)
-        a.work[q] = mem + abytes + rbytes + wbytes * (size_t)q;
-    ember__cpu_parallel_for(s, (n + nb - 1) / nb, direct_task, &a);
+    slot_map slots;
+    slots_init(&slots);
+    direct_arg a = {&d, nb, amx, mem + abytes + rbytes, wbytes, &slots};
+    ember__cpu_parallel_for(s, ntasks, direct_task, &a);
     if (from_scratch)
         ember__cpu_scratch_put(s);
     else
