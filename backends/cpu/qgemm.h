@@ -24,6 +24,10 @@
  * Scales: sb[(j / 32) * nch * 32 + c * 32 + j % 32] (ember__qpack_sidx: panel-major, one chunk:
  * sb[j]), f32 (or f16 when sb16 is set: every scale is exactly an f16).
  * Memory: kp * np bytes (8-bit) or kp * np / 2 (4-bit), plus nch * np * 4 (or 2) bytes of scales.
+ *
+ * First calls with few rows skip the pack (ember__qgemm_direct): B is read as it is stored, in
+ * chunks interleaved in registers into the same groups of 4 k (column order permuted, restored in
+ * the epilogue), on AMX (2..128 rows) or AVX-512 VNNI (1..16 rows).
  */
 #ifndef EMBER_CPU_QGEMM_H
 #define EMBER_CPU_QGEMM_H

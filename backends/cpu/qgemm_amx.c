@@ -3,6 +3,8 @@
  * tiles (tmm6-7, the packed B rows as they are), multiplied with TDPBSUD (signed A x biased
  * unsigned B). K steps of 64, or 32 when the scale blocks along K are 32 long. 4-bit B is
  * unpacked one 32-column panel at a time into a per-thread buffer (32 x kp bytes), never whole.
+ * First calls of 2..128 rows multiply B as it is stored (ember__qdirect_amx, below): B staged
+ * chunk by chunk in a permuted tile layout, signed, with TDPBSSD.
  *
  * The tile configuration is loaded through inline asm taking the whole struct as a memory operand:
  * GCC 12 was seen dropping the stores that fill it before _tile_loadconfig (notes/cpu.md). */
