@@ -591,7 +591,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                 mb = 256;
                 nb = 512;
             } else {
-                mb = 512;
+                /* over 512 rows, tasks of 256 x 256 (A's slice and the sums half the size):
+                 * 4096^3 1.26-1.34 -> 1.34-1.43 of oneDNN reordered (bench_qgemm, 2 threads,
+                 * seven alternations); at 512 rows they lost (1.60-1.66 -> 1.54-1.59) */
+                mb = mp > 512 ? 256 : 512;
                 nb = 256;
             }
         } else {
