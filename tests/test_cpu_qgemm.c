@@ -766,6 +766,24 @@ static void test_direct_oom(void) {
     oom_walk(&s, (int64_t[]){70, 96}, &s, (int64_t[]){96, 300}, 1);
 }
 
+/* Q8S x Q8S [m, k] x [k, n] through ember_q_matmul, `calls` times on the same operands (a first
+ * call, then the packed weights): right within 1e-5 of the float64 reference each time */
+static void q8_right(ember_context *ctx, int64_t m, int64_t k, int64_t n, int calls) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){m, k}), *b = mk_q(ctx, &s, 2, (int64_t[]){k, n});
+    int64_t cells;
+    double *ref = reference(a, b, &cells);
+    for (int call = 0; call < calls; call++) {
+        ember_tensor *y = NULL;
+        TU_OK(ember_q_matmul(a, b, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        ember_tensor_free(y);
+    }
+    free(ref);
+    ember_tensor_free(a);
+    ember_tensor_free(b);
+}
+
 /* EMBER_CPU_MAX_ISA / cpu_max_isa caps the tier; ember_device_describe names it. */
 static void test_tier_cap(void) {
     static const char *caps[] = {"scalar", "avx2", "avx512_vnni", "amx", NULL};
@@ -783,19 +801,7 @@ static void test_tier_cap(void) {
         CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, expect);
         if (want[i] && ember__qtier_available((ember__qtier)i))
             CU_ASSERT_STRING_EQUAL(info.int8_matmul_path, want[i]);
-        /* the capped tier still computes the right thing */
-        ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-        ember_tensor *a = mk_q(ctx, &s, 2, (int64_t[]){40, 70}),
-                     *b = mk_q(ctx, &s, 2, (int64_t[]){70, 20});
-        ember_tensor *y = NULL;
-        int64_t cells;
-        double *ref = reference(a, b, &cells);
-        TU_OK(ember_q_matmul(a, b, &y));
-        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
-        free(ref);
-        ember_tensor_free(y);
-        ember_tensor_free(a);
-        ember_tensor_free(b);
+        q8_right(ctx, 40, 70, 20, 1); /* the capped tier still computes the right thing */
         ember_context_destroy(ctx);
     }
 }
@@ -901,24 +907,10 @@ static void test_many_threads(void) {
 #endif
     ember_context *ctx = NULL;
     TU_OK(ember_context_create(&o, &ctx));
-    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     static const int64_t shapes[][3] = {
         {8, 96, 2000}, {100, 96, 900}, {300, 200, 3000}, {600, 64, 2100}};
-    for (int q = 0; q < 4; q++) {
-        ember_tensor *x = mk_q(ctx, &s, 2, (int64_t[]){shapes[q][0], shapes[q][1]});
-        ember_tensor *w = mk_q(ctx, &s, 2, (int64_t[]){shapes[q][1], shapes[q][2]});
-        int64_t cells;
-        double *ref = reference(x, w, &cells);
-        for (int call = 0; call < calls; call++) { /* a first call, then the packed weights */
-            ember_tensor *y = NULL;
-            TU_OK(ember_q_matmul(x, w, &y));
-            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
-            ember_tensor_free(y);
-        }
-        free(ref);
-        ember_tensor_free(x);
-        ember_tensor_free(w);
-    }
+    for (int q = 0; q < 4; q++) /* a first call, then the packed weights */
+        q8_right(ctx, shapes[q][0], shapes[q][1], shapes[q][2], calls);
     ember_context_destroy(ctx);
 }
 
