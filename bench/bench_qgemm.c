@@ -4,9 +4,9 @@
  *
  * Rows per shape (M x N x K) and thread count:
  *   ember_q8_cached  Q8S x Q8S, B packed once (the inference setting), f32 out with the scales
- *   ember_q8_first   a first call: B packed on every call (M <= 128: the kernels the library
- *                    runs on such a first call instead: unpacked for M <= 16, B packed slice by
- *                    slice into scratch on AMX up to 128)
+ *   ember_q8_first   a first call: B packed on every call (M <= 128: what the library runs on
+ *                    such a first call instead, B multiplied as it is stored: AMX for 2..128
+ *                    rows, AVX-512 VNNI for one row or without AMX)
  *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
