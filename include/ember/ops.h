@@ -23,7 +23,15 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * float matmul. Output: the float operand's dtype, F32 when both are quantized; with the
  * context's quant_propagation = PROPAGATE, re-quantized with the rhs's scheme. The result equals
  * burn's dequantize-then-matmul up to float rounding. With an enabled autodiff context the
- * output is a fresh tracked leaf. */
+ * output is a fresh tracked leaf.
+ * Weight pre-packing (CPU backend, integer path): a quantized b is packed once into the kernels'
+ * layout and the copy kept with the tensor until ember_tensor_free: roundup(k, 64) x roundup(n, 32)
+ * bytes per [k, n] matrix for 8-bit values, half that for 4- and 2-bit, plus 4 bytes (2 where every
+ * scale is an f16) per column per K block of scales; about the size of the Q8 tensor, 1 to 1.25x
+ * the Q4 one. A first call with up to 128 rows on an 8-bit Native b multiplies b as it is stored
+ * and packs nothing: the second use packs (a weight used once is never packed). The OpenCL
+ * backend's mma and wgmma paths (NVIDIA) keep a packed copy on the device from the first call:
+ * the packed size again, K and N rounded up to their tiles. Invisible to results. */
 EMBER_API ember_status ember_q_matmul(const ember_tensor *a, const ember_tensor *b,
                                       ember_tensor **out);
 
