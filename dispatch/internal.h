@@ -120,6 +120,9 @@ typedef struct ember__matmul_plan {
 ember_status ember__matmul_plan_make(const char *op, const ember_tensor *a, const ember_tensor *b,
                                      ember__matmul_plan *p);
 void ember__matmul_plan_free(ember__matmul_plan *p);
+/* The plan's products as one backend request: no transposes, alpha 1, beta 0 (the offsets stay
+ * owned by the plan). */
+ember__gemm ember__matmul_plan_gemm(const ember__matmul_plan *p);
 
 /* ---- autodiff context (dispatch/autodiff.c) ---- */
 /* burn's merge of two operands' autodiff contexts (spec §1.2, validate_checkpointing):

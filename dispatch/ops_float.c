@@ -205,14 +205,7 @@ ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b, ember_te
     if (st == EMBER_OK)
         st = as_f32("matmul", b, &fb, &ob);
     if (st == EMBER_OK) {
-        ember__gemm g = {.m = p.m,
-                         .n = p.n,
-                         .k = p.k,
-                         .batch = p.batch,
-                         .a_off = p.a_off,
-                         .b_off = p.b_off,
-                         .alpha = 1.0f,
-                         .beta = 0.0f};
+        ember__gemm g = ember__matmul_plan_gemm(&p);
         /* One rhs for every batch (x[..., m, k] @ W[k, n]) over a dense lhs: the batch folds
          * into the rows of one GEMM (burn's MergeBatches), far faster than many small ones. */
         int fold = p.batch > 1;

@@ -165,16 +165,7 @@ static ember_status run_backend(const ember_tensor *a, const ember_tensor *b, co
     ember_status st =
         ember__tensor_alloc(ctx, a->device, EMBER_F32, p->out_rank, p->out_shape, nbytes, &o);
     if (st == EMBER_OK) {
-        ember__gemm g = {.trans_a = 0,
-                         .trans_b = 0,
-                         .m = mp.m,
-                         .n = mp.n,
-                         .k = mp.k,
-                         .batch = mp.batch,
-                         .a_off = mp.a_off,
-                         .b_off = mp.b_off,
-                         .alpha = 1.0f,
-                         .beta = 0.0f};
+        ember__gemm g = ember__matmul_plan_gemm(&mp);
         st = ops->q_matmul(state, a->device.index, &g, a, b, o);
     }
     ember__matmul_plan_free(&mp);

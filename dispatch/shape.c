@@ -33,6 +33,20 @@ ember_status ember__check_same_device(const char *op, const ember_tensor *a,
     return EMBER_OK;
 }
 
+ember__gemm ember__matmul_plan_gemm(const ember__matmul_plan *p) {
+    ember__gemm g = {.trans_a = 0,
+                     .trans_b = 0,
+                     .m = p->m,
+                     .n = p->n,
+                     .k = p->k,
+                     .batch = p->batch,
+                     .a_off = p->a_off,
+                     .b_off = p->b_off,
+                     .alpha = 1.0f,
+                     .beta = 0.0f};
+    return g;
+}
+
 void ember__matmul_plan_free(ember__matmul_plan *p) {
     if (!p)
         return;
