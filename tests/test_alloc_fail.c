@@ -257,42 +257,21 @@ static ember_status ce_in(env *e) { /* logits [2,3], targets I64 [2] */
     const int64_t tg[] = {2, 0}, s2[] = {2};
     return st ? st : ember_tensor_from_data(e->ctx, e->dev, EMBER_I64, 1, s2, tg, &e->in[1]);
 }
-static ember_qscheme scheme_of(int k) {
-    static const int64_t b4[] = {4};
-    switch (k) {
-    case 0:
-        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    case 1:
-        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    case 2:
-        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
-    case 3: {
-        ember_qscheme s = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, b4);
-        s.tensor_level = 1;
-        s.block_scale = EMBER_SCALE_UE4M3;
-        return s;
-    }
-    case 4:
-        return ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
-    default:
-        return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
-    }
-}
 static ember_status x48(env *e) { return f32(e, 0, 2, S48); }
 static ember_status q48(env *e) {
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return quant(e, 0, 2, S48, &s);
 }
 /* q_matmul arms: param 0 (Q,Q), 1 (F,Q), 2 (Q,F), 3 (Q,Q) per-block; shapes [2,8] @ [8,8] */
 static ember_status qmm_in(env *e) {
-    ember_qscheme s = scheme_of(e->param == 3 ? 2 : 0);
+    ember_qscheme s = tu_qscheme_sample(e->param == 3 ? 2 : 0);
     ember_status st = e->param == 1 ? f32(e, 0, 2, S28) : quant(e, 0, 2, S28, &s);
     if (st)
         return st;
     return e->param == 2 ? f32(e, 1, 2, S88) : quant(e, 1, 2, S88, &s);
 }
 static ember_status linear_q_in(env *e) { /* x [2,8], quantized W [8,8], bias [8] */
-    ember_qscheme s = scheme_of(0);
+    ember_qscheme s = tu_qscheme_sample(0);
     const int64_t s8[] = {8};
     ember_status st = f32(e, 0, 2, S28);
     st = st ? st : quant(e, 1, 2, S88, &s);
@@ -369,11 +348,11 @@ static ember_status c_axpy(env *e) { return ember_axpy(0.5f, e->in[0], e->in[1],
 static ember_status c_axpy_in(env *e) { return ember_axpy_inplace(0.5f, e->in[0], e->in[1]); }
 static ember_status c_argmax(env *e) { return ember_argmax(e->in[0], 1, &e->out); }
 static ember_status c_quantize(env *e) {
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return ember_quantize(e->in[0], &s, &e->out);
 }
 static ember_status c_quantize_static(env *e) {
-    ember_qscheme s = scheme_of(0);
+    ember_qscheme s = tu_qscheme_sample(0);
     return ember_quantize_static(e->in[0], &s, e->in[1], &e->out);
 }
 static ember_status c_dequantize(env *e) { return ember_dequantize(e->in[0], &e->out); }
@@ -399,7 +378,7 @@ static ember_status c_qreaders(env *e) {
 static ember_status c_from_bytes(env *e) {
     size_t len = 0;
     EMBER_TRY(ember_qtensor_to_bytes(e->in[0], e->buf, sizeof e->buf, &len));
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return ember_qtensor_from_bytes(e->ctx, e->dev, &s, 2, S48, e->buf, len, &e->out);
 }
 static ember_status c_requant(env *e) {
@@ -409,7 +388,7 @@ static ember_status c_requant(env *e) {
 static ember_status c_describe(env *e) {
     ember_device_info info;
     int yes = 0;
-    ember_qscheme s = scheme_of(0);
+    ember_qscheme s = tu_qscheme_sample(0);
     EMBER_TRY(ember_device_supports(e->ctx, e->dev, EMBER_OP_Q_MATMUL, EMBER_QFLOAT, &s, &yes));
     return ember_device_describe(e->ctx, e->dev, &info);
 }
@@ -518,7 +497,7 @@ static void test_no_allocation(void) {
     ember_tensor *x = NULL;
     CU_ASSERT_FATAL(f32(&e, 2, 2, S23) == EMBER_OK);
     x = e.in[2];
-    ember_qscheme s = scheme_of(2), back;
+    ember_qscheme s = tu_qscheme_sample(2), back;
     size_t n = 0;
     ember_device_info info;
     ember__alloc_fail_at(1); /* any allocation from here fails, and is counted */

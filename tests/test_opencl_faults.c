@@ -487,30 +487,13 @@ static ember_status a23_b3(env *e) {
     EMBER_TRY(f32(e, 0, CL0, 2, S23));
     return f32(e, 1, CL0, 1, S3);
 }
-static ember_qscheme scheme_of(int k) {
-    static const int64_t b4[] = {4};
-    switch (k) {
-    case 0:
-        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    case 1:
-        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    case 2:
-        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
-    default: {
-        ember_qscheme s = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, b4);
-        s.tensor_level = 1;
-        s.block_scale = EMBER_SCALE_UE4M3;
-        return s;
-    }
-    }
-}
 static ember_status x48(env *e) { return f32(e, 0, CL0, 2, S48); }
 static ember_status q48(env *e) {
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return quant(e, 0, 2, S48, &s);
 }
 static ember_status qmm_in(env *e) { /* 0 (Q,Q), 1 (F,Q), 2 (Q,F) */
-    ember_qscheme s = scheme_of(0);
+    ember_qscheme s = tu_qscheme_sample(0);
     EMBER_TRY(e->param == 1 ? f32(e, 0, CL0, 2, S28) : quant(e, 0, 2, S28, &s));
     return e->param == 2 ? f32(e, 1, CL0, 2, S88) : quant(e, 1, 2, S88, &s);
 }
@@ -539,7 +522,7 @@ static ember_status c_lbb(env *e) { return ember_linear_bias_backward(e->in[0], 
 static ember_status c_softmax(env *e) { return ember_softmax(e->in[0], &e->out); }
 static ember_status c_axpy_in(env *e) { return ember_axpy_inplace(0.5f, e->in[0], e->in[0]); }
 static ember_status c_quantize(env *e) {
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return ember_quantize(e->in[0], &s, &e->out);
 }
 static ember_status c_dequantize(env *e) { return ember_dequantize(e->in[0], &e->out); }
@@ -553,7 +536,7 @@ static ember_status c_from_bytes(env *e) {
     unsigned char b[256];
     size_t len = 0;
     EMBER_TRY(ember_qtensor_to_bytes(e->in[0], b, sizeof b, &len));
-    ember_qscheme s = scheme_of(e->param);
+    ember_qscheme s = tu_qscheme_sample(e->param);
     return ember_qtensor_from_bytes(e->ctx, CL0, &s, 2, S48, b, len, &e->out);
 }
 static ember_status c_requant_cpu(env *e) {

@@ -63,6 +63,28 @@ ember_context *tu_cpu_context(void) {
     return ctx;
 }
 
+ember_qscheme tu_qscheme_sample(int k) {
+    static const int64_t b4[] = {4};
+    switch (k) {
+    case 0:
+        return ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    case 1:
+        return ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+    case 2:
+        return ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b4);
+    case 3: {
+        ember_qscheme s = ember_qscheme_per_block(EMBER_E2M1, EMBER_QSTORE_PACKED_NATIVE, 1, b4);
+        s.tensor_level = 1;
+        s.block_scale = EMBER_SCALE_UE4M3;
+        return s;
+    }
+    case 4:
+        return ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_NATIVE);
+    default:
+        return ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
+    }
+}
+
 void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
                   const float *x, const float *w, float *r) {
     const int64_t sx[] = {m, k}, sw[] = {k, n};

@@ -46,6 +46,10 @@ extern const ember_device TU_CPU;
 
 /* Quantize x [m, k] and w [k, n] (Q8S per tensor) on dev of context c, q_matmul them and read the
  * f32 product into r ([m, n]); every tensor is freed again. CU failures on any error. */
+/* A sample of quantization schemes that take different code paths, by index: 0 Q8S per tensor,
+ * 1 Q4S PackedU32 per tensor, 2 Q8S blocks of 4 on the last axis, 3 E2M1 PackedNative blocks of 4
+ * with a tensor-level scale and UE4M3 block scales, 4 E4M3 per tensor, 5 and up Q8F per tensor. */
+ember_qscheme tu_qscheme_sample(int k);
 void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
                   const float *x, const float *w, float *r);
 
