@@ -426,6 +426,21 @@ static int slot_of(slot_map *m, int thread) {
     return q;
 }
 
+/* A call's working memory: the context's reusable scratch region where it is free, else a fresh
+ * allocation (*scratch says which; NULL when neither can be had). */
+static uint8_t *call_mem(ember__cpu_state *s, size_t bytes, int *scratch) {
+    uint8_t *mem = ember__cpu_scratch_get(s, bytes);
+    *scratch = mem != NULL;
+    return mem ? mem : ember__aligned_alloc(bytes);
+}
+
+static void call_mem_done(ember__cpu_state *s, uint8_t *mem, int scratch) {
+    if (scratch)
+        ember__cpu_scratch_put(s);
+    else
+        ember__aligned_free(mem);
+}
+
 typedef struct pack_a_arg {
     const ember__qpack *p;
     const int8_t *A;
@@ -565,8 +580,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)),
                  sbytes = round_up64(rsn * sizeof(float));
-    /* AMX per thread: the int32 sums of a task, then 4-bit: two unpacked panels (2 x 32 x kp);
-     * raw B: one K slice of a task's 256 columns (256 x 512) */
+    /* AMX per thread at work: the int32 sums of a task, then 4-bit: two unpacked panels
+     * (2 x 32 x kp) */
     const size_t per =
         amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
@@ -611,10 +626,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const int64_t nscr = per ? (ntasks < nt ? ntasks : nt) : 0; /* buffers: one a thread at work */
     const size_t pbytes = round_up64((size_t)nscr * sizeof(uint8_t *));
     const size_t total = abytes + rbytes + sbytes + pbytes + per * (size_t)nscr;
-    uint8_t *mem = ember__cpu_scratch_get(s, total);
-    const int from_scratch = mem != NULL;
-    if (!mem)
-        mem = ember__aligned_alloc(total);
+    int from_scratch;
+    uint8_t *mem = call_mem(s, total, &from_scratch);
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
                   "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m,
                   (long long)p->k);
@@ -668,10 +681,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * against one (same process, alternated, medians of 9, three rounds): 2048^3 1162 / 1297,
      * 1075 / 980, 973 / 1022; 1024^3 1596 / 1564, 1215 / 1434, 1475 / 1390: within the noise.) */
     ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
-    if (from_scratch)
-        ember__cpu_scratch_put(s);
-    else
-        ember__aligned_free(mem);
+    call_mem_done(s, mem, from_scratch);
     return EMBER_OK;
 }
 
@@ -729,8 +739,8 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
         return EMBER_OK;
     }
     /* A's rows padded with zeros to whole groups of 4 k (VNNI: the kernel reads 4 bytes at a
-     * time) or whole tiles (AMX: 64 k), their sums (VNNI: the bias correction), and each
-     * thread's buffers */
+     * time) or whole tiles (AMX: 64 k), their sums (VNNI only: the bias correction), and a buffer
+     * for each thread at work */
     const int nt = s ? s->num_threads : 1;
     /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
     int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
@@ -738,16 +748,14 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
         nb = 256;
     const int64_t ntasks = (n + nb - 1) / nb;
     const int64_t nw = ntasks < nt ? ntasks : nt; /* buffers: one a thread at work */
-    const int64_t k4 = round_up(k > 0 ? k : 1, amx ? 64 : 4);
+    const int64_t k4 = round_up(k, amx ? 64 : 4);
     const int64_t mrows = amx && m > 32 ? round_up(m, 32) : m; /* AMX: whole 32-row blocks */
     const size_t abytes = round_up64((size_t)(mrows * k4)), rbytes = round_up64((size_t)m * 4);
     const size_t wbytes =
         round_up64(amx ? ember__qdirect_amx_work_bytes() : ember__qdirect_work_bytes());
     const size_t total = abytes + rbytes + wbytes * (size_t)nw;
-    uint8_t *mem = ember__cpu_scratch_get(s, total);
-    const int from_scratch = mem != NULL;
-    if (!mem)
-        mem = ember__aligned_alloc(total);
+    int from_scratch;
+    uint8_t *mem = call_mem(s, total, &from_scratch);
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
                   "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m, (long long)k);
     int8_t *ap = (int8_t *)mem;
@@ -755,7 +763,7 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     for (int64_t i = 0; i < m; i++) {
         memcpy(ap + i * k4, A + i * lda, (size_t)k);
         memset(ap + i * k4 + k, 0, (size_t)(k4 - k));
-        rs[i] = sum_s8(A + i * lda, k);
+        rs[i] = amx ? 0 : sum_s8(A + i * lda, k); /* AMX multiplies signed B: no bias */
     }
     memset(ap + m * k4, 0, (size_t)((mrows - m) * k4));
     ember__qdirect d = {m, n, k, ap, B, k4, ldb, sa, sb, C, C32, ldc, rs};
@@ -763,9 +771,6 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     slots_init(&slots);
     direct_arg a = {&d, nb, amx, mem + abytes + rbytes, wbytes, &slots};
     ember__cpu_parallel_for(s, ntasks, direct_task, &a);
-    if (from_scratch)
-        ember__cpu_scratch_put(s);
-    else
-        ember__aligned_free(mem);
+    call_mem_done(s, mem, from_scratch);
     return EMBER_OK;
 }

@@ -22,6 +22,11 @@ typedef struct tilecfg {
 
 _Static_assert(sizeof(tilecfg) == 64, "the AMX tile configuration is 64 bytes");
 
+/* ldtilecfg from a filled configuration (inline asm on the whole struct: see the top) */
+static void tile_load_config(const tilecfg *cfg) {
+    __asm__ volatile("ldtilecfg %0" : : "m"(*cfg) : "memory");
+}
+
 static void tile_config(int ks) {
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -38,7 +43,7 @@ static void tile_config(int ks) {
         cfg.rows[t] = (uint8_t)(ks / 4);
         cfg.colsb[t] = 64;
     }
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+    tile_load_config(&cfg);
 }
 
 /* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1, B tiles (tmm6, tmm7) at B0 and
@@ -286,7 +291,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     }
 }
 
-/* ---- first calls with 2..32 rows: B as it is stored ----
+/* ---- first calls with 2..128 rows: B as it is stored ----
  * B is read in K chunks of DAMX_KC rows, four rows at a time across the task's columns (up to
  * EMBER__DIRECT_W), interleaved in registers into groups of 4 k (qgemm_avx512.c,
  * ember__qdirect_stage; no bias: TDPBSSD multiplies signed by signed) and staged per thread. A
@@ -332,7 +337,7 @@ static void damx_config(int64_t m) {
         cfg.rows[2] = cfg.rows[3] = cfg.rows[5] = (uint8_t)h1;
         cfg.rows[6] = cfg.rows[7] = 16;
     }
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+    tile_load_config(&cfg);
 }
 
 void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
@@ -729,7 +734,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
     cfg.rows[6] = cfg.rows[7] = 16;
     cfg.colsb[6] = cfg.colsb[7] = 64;
-    __asm__ volatile("ldtilecfg %0" : : "m"(cfg) : "memory");
+    tile_load_config(&cfg);
     const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
