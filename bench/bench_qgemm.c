@@ -11,9 +11,11 @@
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
  *   blas_sgemm       OpenBLAS sgemm on the dequantized operands (core name printed)
- * Ceilings measured in the same run: AMX and AVX-512 VNNI register-only peaks and the read
- * bandwidth of a 16 MiB buffer (the L3-resident size of a 4096 x 4096 int8 weight) with the same
- * threads. For decode shapes (M <= 8) the roofline is 2 * M ops per weight byte at the read
+ * Ceilings measured in the same run: AMX and AVX-512 VNNI register-only peaks, the AMX 2 x 2 tile
+ * loop with its operands in L2 (one cached-product task of 256 x 512 x 2048 run over and over
+ * without its epilogue: what a kernel whose blocks do not fit L1 can reach; column %loop) and the
+ * read bandwidth of a 16 MiB buffer (the L3-resident size of a 4096 x 4096 int8 weight) with the
+ * same threads. For decode shapes (M <= 8) the roofline is 2 * M ops per weight byte at the read
  * bandwidth of a row inside the interleaved rounds: one pass over a buffer of the weights' size
  * (K x N bytes) on ember's pool, so that the probe meets the same cache conditions as the kernel
  * rows (the other rows' data pass between two passes, as between two calls of a kernel row; the
@@ -66,7 +68,7 @@ static double median(double *v, int n) {
 /* ---------------------------------------------------------------- ceilings */
 
 typedef struct peak_arg {
-    int which; /* 0 AMX, 1 VNNI, 2 bandwidth */
+    int which; /* 0 AMX, 1 VNNI, 2 bandwidth, 3 AMX loop from L2 */
     int64_t iters;
     const uint8_t *buf;
     size_t bytes;
@@ -81,6 +83,8 @@ static void *peak_thread(void *p) {
         a->ops = ember__qpeak_amx(a->iters);
     } else if (a->which == 1) {
         a->ops = ember__qpeak_vnni(a->iters);
+    } else if (a->which == 3) {
+        a->ops = ember__qpeak_amx_l2(a->iters, a->buf);
     } else {
         uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         for (int64_t it = 0; it < a->iters; it++) {
@@ -380,29 +384,32 @@ int main(int argc, char **argv) {
             omp_set(nt);
         openblas_set_num_threads(nt);
         /* ceilings: medians of 5 */
-        double pk_amx[5], pk_vnni[5], bw[5];
+        double pk_amx[5], pk_vnni[5], bw[5], pk_l2[5];
         ceiling(2, nt, 4, bwbuf, bwbytes); /* warm */
         for (int r = 0; r < 5; r++) {
-            pk_amx[r] =
-                ember__qtier_available(EMBER__QT_AMX) ? ceiling(0, nt, 2000000, NULL, 0) : 0;
+            const int have_amx = ember__qtier_available(EMBER__QT_AMX);
+            pk_amx[r] = have_amx ? ceiling(0, nt, 2000000, NULL, 0) : 0;
+            pk_l2[r] = have_amx ? ceiling(3, nt, 40, bwbuf, bwbytes) : 0;
             pk_vnni[r] = ceiling(1, nt, 4000000, NULL, 0);
             bw[r] = ceiling(2, nt, 20, bwbuf, bwbytes);
         }
         double amx_peak = median(pk_amx, 5) * 1e-9, vnni_peak = median(pk_vnni, 5) * 1e-9;
+        double l2_loop = median(pk_l2, 5) * 1e-9;
         double bw_gbs = median(bw, 5) * 1e-9;
         if (json) {
-            printf("%s  {\"threads\": %d, \"amx_peak_gops\": %.0f, \"vnni_peak_gops\": %.0f, "
-                   "\"read_bw_gbs\": %.1f}",
-                   first_json ? "" : ",\n", nt, amx_peak, vnni_peak, bw_gbs);
+            printf("%s  {\"threads\": %d, \"amx_peak_gops\": %.0f, \"amx_l2_loop_gops\": %.0f, "
+                   "\"vnni_peak_gops\": %.0f, \"read_bw_gbs\": %.1f}",
+                   first_json ? "" : ",\n", nt, amx_peak, l2_loop, vnni_peak, bw_gbs);
             first_json = 0;
         } else {
             printf(
-                "\n## threads %d: AMX peak %.0f GOPS, AVX-512 VNNI peak %.0f GOPS, read bandwidth "
-                "(16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
-                nt, amx_peak, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
-            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s\n", "shape M,N,K", "e_q8",
-                   "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro", "1st/pl", "q4/q8",
-                   "q8/blas", "%peak");
+                "\n## threads %d: AMX peak %.0f GOPS (tile loop fed from L2 %.0f), AVX-512 VNNI "
+                "peak %.0f GOPS, read bandwidth (16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 "
+                "weights), M=8 %.0f\n",
+                nt, amx_peak, l2_loop, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
+            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s %6s\n", "shape M,N,K",
+                   "e_q8", "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro", "1st/pl",
+                   "q4/q8", "q8/blas", "%peak", "%loop");
         }
         for (int si = 0; si < nshapes; si++) {
             const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -534,9 +541,11 @@ int main(int argc, char **argv) {
                 snprintf(shp, sizeof shp, "%lld,%lld,%lld", (long long)m, (long long)n,
                          (long long)k);
                 printf(
-                    "%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%%",
+                    "%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%% "
+                    "%5.0f%%",
                     shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS], g[R_E8] / g[R_DR],
-                    g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk);
+                    g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk,
+                    best == EMBER__QT_AMX && m > 8 ? 100 * g[R_E8] / l2_loop : NAN);
                 if (m <= 8)
                     printf("  roofline %.0f%% of %.0f (warm probe: %.0f%%)",
                            100 * g[R_E8] / (2.0 * (double)m * bwr), 2.0 * (double)m * bwr,

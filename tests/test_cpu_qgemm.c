@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backends/cpu/qgemm.h"
 #include "test_util.h"
@@ -914,6 +916,25 @@ static void test_many_threads(void) {
     ember_context_destroy(ctx);
 }
 
+/* the bench's ceiling loops report the ops they did, and the L2-fed loop reads its buffer only
+ * (tile loads are not instrumented by AddressSanitizer: the buffer lies between two inaccessible
+ * pages instead, so a read outside it faults) */
+static void test_peak_loops(void) {
+    CU_ASSERT_EQUAL(ember__qpeak_vnni(10), 10.0 * 12 * 64 * 2);
+    if (!ember__qtier_available(EMBER__QT_AMX))
+        return;
+    CU_ASSERT_EQUAL(ember__qpeak_amx(10), 10.0 * 4 * 16 * 16 * 64 * 2);
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE), len = EMBER__QPEAK_L2_BYTES + 2 * pg;
+    CU_ASSERT_EQUAL_FATAL(EMBER__QPEAK_L2_BYTES % pg, 0);
+    uint8_t *map = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CU_ASSERT_FATAL(map != MAP_FAILED);
+    uint8_t *buf = map + pg;
+    CU_ASSERT_EQUAL_FATAL(mprotect(buf, EMBER__QPEAK_L2_BYTES, PROT_READ | PROT_WRITE), 0);
+    rand_i8((int8_t *)buf, EMBER__QPEAK_L2_BYTES, -128, 127);
+    CU_ASSERT_EQUAL(ember__qpeak_amx_l2(2, buf), 2.0 * 256 * 512 * 2048 * 2);
+    munmap(map, len);
+}
+
 int main(void) {
     rng = tu_seed();
     CU_TestInfo tests[] = {
@@ -933,6 +954,7 @@ int main(void) {
         {"EMBER_CPU_MAX_ISA caps the tier", test_tier_cap_env},
         {"thread pool", test_thread_pool},
         {"more than 64 pool threads", test_many_threads},
+        {"bench ceiling loops: op counts, bounds", test_peak_loops},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"cpu_qgemm", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

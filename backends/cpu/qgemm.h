@@ -203,6 +203,11 @@ ember__qtier ember__cpu_tier(const ember__cpu_state *s);
  * one only where ember__qtier_available(EMBER__QT_AMX). */
 double ember__qpeak_amx(int64_t iters);
 double ember__qpeak_vnni(int64_t iters);
+/* The AMX 2 x 2 tile loop with its operands in L2 (not a register-only loop): `passes` over one
+ * cached-product task of 256 x 512 x 2048 held in buf (EMBER__QPEAK_L2_BYTES, 64-byte aligned):
+ * the ceiling of a kernel whose blocks' operands do not fit L1. Returns the int8 ops done. */
+#define EMBER__QPEAK_L2_BYTES ((size_t)(256 + 512) * 2048)
+double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf);
 
 /* AVX-512 packing of a k group of 8-bit B (qgemm_avx512.c): rows[0..3] (NULL: zeros), columns
  * [0, nv) read, [0, jn) written (jn % 32 == 0), column c at dst + (c/32)*pstride + (c%32/16)*64. */

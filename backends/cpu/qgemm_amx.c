@@ -697,6 +697,37 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     _tile_release();
 }
 
+/* The 2 x 2 tile loop fed from L2, for the bench's second ceiling: one task of a cached product
+ * at K = 2048 as block_pipelined walks it (256 rows x 512 columns: A 512 KiB and B 1 MiB, in the
+ * packed layouts, together in L2), each 32 x 32 block over the whole K with its sums in the tiles,
+ * without the epilogue. A block's A (64 KiB) and B panel (64 KiB) do not fit L1 together, so the
+ * tile loads come from L2. buf: EMBER__QPEAK_L2_BYTES (64-byte aligned, any values). */
+double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf) {
+    const int64_t kp = 2048, nip = 8, njp = 16;
+    const int8_t *a = (const int8_t *)buf;  /* [nip][kp/64][32][64] */
+    const uint8_t *b = buf + nip * 32 * kp; /* [njp][kp/4][128] */
+    int32_t out[32 * 32] __attribute__((aligned(64)));
+    tile_config(64);
+    for (int64_t it = 0; it < passes; it++)
+        for (int64_t jp = 0; jp < njp; jp++) {
+            const uint8_t *b0 = b + jp * (kp / 4) * 128, *b1 = b0 + 64;
+            for (int64_t ii = 0; ii < nip; ii++) {
+                const int8_t *a0 = a + ii * (kp / 64) * 2048, *a1 = a0 + 1024;
+                AMX_ZERO4();
+                for (int64_t k = 0; k < kp; k += 64)
+                    AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, b0 + k * 32, b1 + k * 32,
+                               128);
+                _tile_stored(0, out, 128);
+                _tile_stored(1, out + 16, 128);
+                _tile_stored(2, out + 16 * 32, 128);
+                _tile_stored(3, out + 16 * 32 + 16, 128);
+            }
+        }
+    _tile_release();
+    __asm__ volatile("" : : "r"(out[0]) : "memory");
+    return (double)passes * (double)(nip * 32) * (double)(njp * 32) * (double)kp * 2.0;
+}
+
 /* Register-only TDPBSSD loop for the peak microbenchmark: returns the int8 ops done (2 per MAC). */
 double ember__qpeak_amx(int64_t iters) {
     static const int8_t zeros[1024] __attribute__((aligned(64))) = {0};
