@@ -23,6 +23,7 @@
  * kernel rows never do). Both figures are printed.
  *
  * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K] [--blas-apart]
+ * --shape: run that one shape (any M, N, K >= 1) instead of the table.
  * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
  * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
  * and the decode rows are then measured against a bandwidth they do not get).
@@ -318,8 +319,12 @@ int main(int argc, char **argv) {
             reps_arg = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             long long a, b, c;
-            if (sscanf(argv[++i], "%lld,%lld,%lld", &a, &b, &c) == 3)
-                only_m = a, only_n = b, only_k = c;
+            if (sscanf(argv[++i], "%lld,%lld,%lld", &a, &b, &c) != 3 || a < 1 || b < 1 || c < 1) {
+                fprintf(stderr, "bench_qgemm: --shape wants M,N,K (each >= 1), not '%s'\n",
+                        argv[i]);
+                return 2;
+            }
+            only_m = a, only_n = b, only_k = c;
         }
     }
     void (*omp_set)(int) = NULL; /* oneDNN's OpenMP runtime, when loaded */
@@ -333,12 +338,15 @@ int main(int argc, char **argv) {
 #else
     const int have_dnnl = 0;
 #endif
-    static const int64_t shapes[][3] = {
+    static const int64_t table[][3] = {
         {256, 256, 256},    {512, 512, 512},   {1024, 1024, 1024}, {2048, 2048, 2048},
         {4096, 4096, 4096}, {1, 4096, 4096},   {8, 4096, 4096},    {32, 4096, 4096},
         {128, 4096, 4096},  {512, 4096, 4096}, {128, 11008, 4096},
     };
-    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    /* --shape: that shape alone (any M, N, K), else the table */
+    const int64_t one[1][3] = {{only_m, only_n, only_k}};
+    const int64_t(*shapes)[3] = only_m ? one : table;
+    const int nshapes = only_m ? 1 : (int)(sizeof table / sizeof table[0]);
     ember__qtier best = ember__qtier_select(NULL);
     char host[128] = "?";
     FILE *f = fopen("/proc/cpuinfo", "r");
@@ -414,8 +422,6 @@ int main(int argc, char **argv) {
         for (int si = 0; si < nshapes; si++) {
             const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
             if (quick && (m * n * k > (int64_t)1 << 32))
-                continue;
-            if (only_m && (m != only_m || n != only_n || k != only_k))
                 continue;
             const double ops = 2.0 * (double)m * (double)n * (double)k;
             int reps = ops > 1e11 ? 5 : (ops > 1e10 ? 7 : 11);
