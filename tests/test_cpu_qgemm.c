@@ -201,6 +201,7 @@ static void test_epilogue(void) {
     check_epilogue(s, 40, 70, 768, 256, 8, 0); /* 8-bit, block 256: chunked tile path */
     check_epilogue(s, 100, 70, 320, 64, 4, 1); /* 4-bit, block 64: chunked, two steps */
     check_epilogue(s, 45, 33, 160, 32, 4, 0);  /* 4-bit, block 32, odd chunk count */
+    check_epilogue(s, 40, 50, 64, 32, 4, 0);   /* 4-bit, block 32, two chunks (the shortest) */
     g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);
     check_epilogue(s, 45, 33, 160, 32, 4, 1);
