@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
         o.num_threads = nt;
         ember_context *ctx = NULL;
         if (ember_context_create(&o, &ctx) != EMBER_OK) {
-            fprintf(stderr, "no context\n");
+            fprintf(stderr, "bench_qgemm: no context: %s\n", ember_last_error());
             return 1;
         }
         ember__cpu_state *s = ember__cpu_state_of(ctx);
@@ -546,12 +546,15 @@ int main(int argc, char **argv) {
                 char shp[32];
                 snprintf(shp, sizeof shp, "%lld,%lld,%lld", (long long)m, (long long)n,
                          (long long)k);
-                printf(
-                    "%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f %5.0f%% "
-                    "%5.0f%%",
-                    shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS], g[R_E8] / g[R_DR],
-                    g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8], g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk,
-                    best == EMBER__QT_AMX && m > 8 ? 100 * g[R_E8] / l2_loop : NAN);
+                /* %loop: the tile loop's ceiling (AMX, M > 8; decode rows have the roofline) */
+                char loop[16] = "     -";
+                if (best == EMBER__QT_AMX && m > 8)
+                    snprintf(loop, sizeof loop, "%5.0f%%", 100 * g[R_E8] / l2_loop);
+                printf("%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f "
+                       "%5.0f%% %s",
+                       shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS],
+                       g[R_E8] / g[R_DR], g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8],
+                       g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk, loop);
                 if (m <= 8)
                     printf("  roofline %.0f%% of %.0f (warm probe: %.0f%%)",
                            100 * g[R_E8] / (2.0 * (double)m * bwr), 2.0 * (double)m * bwr,
