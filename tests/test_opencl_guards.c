@@ -10,13 +10,6 @@
 static uint64_t rng;
 static ember_device CL0;
 
-#define EXPECT_REFUSED(call, code, text)                                                           \
-    do {                                                                                           \
-        long live0_ = ember__alloc_live();                                                         \
-        TU_ASSERT_STATUS((call), (code), (text));                                                  \
-        CU_ASSERT_EQUAL(ember__alloc_live(), live0_);                                              \
-    } while (0)
-
 static const int64_t S23[2] = {2, 3}, S32[2] = {3, 2};
 
 static ember_context *cl_context(void) {
@@ -48,20 +41,18 @@ static void test_q_matmul_different_backends(void) {
         snap sa, sb;
         snap_take(L[i], &sa);
         snap_take(R[i], &sb);
-        ember_tensor *out = OUT_SENTINEL;
-        EXPECT_REFUSED(ember_q_matmul(L[i], R[i], &out), EMBER_ERR_BACKEND_MISMATCH,
-                       "q_matmul inputs are on different backends");
-        CU_ASSERT_PTR_NULL(out);
+        ember_tensor *out;
+        EXPECT_REFUSED_OUT(out, ember_q_matmul(L[i], R[i], &out), EMBER_ERR_BACKEND_MISMATCH,
+                           "q_matmul inputs are on different backends");
         EXPECT_REFUSED(ember_check_q_matmul(L[i], R[i]), EMBER_ERR_BACKEND_MISMATCH,
                        "q_matmul inputs are on different backends");
         snap_check(L[i], &sa);
         snap_check(R[i], &sb);
     }
-    ember_tensor *out = OUT_SENTINEL;
-    EXPECT_REFUSED(
-        ember_matmul(fc, fl, &out), EMBER_ERR_BACKEND_MISMATCH,
+    ember_tensor *out;
+    EXPECT_REFUSED_OUT(
+        out, ember_matmul(fc, fl, &out), EMBER_ERR_BACKEND_MISMATCH,
         "The provided tensors are not on the same backend. Got backends cpu and opencl.");
-    CU_ASSERT_PTR_NULL(out);
     ember_tensor *all[4] = {fc, fl, qc, ql};
     for (int i = 0; i < 4; i++)
         ember_tensor_free(all[i]);
@@ -77,10 +68,9 @@ static void test_quant_transfer(void) {
     for (int i = 0; i < 2; i++) {
         snap sq;
         snap_take(src[i], &sq);
-        ember_tensor *out = OUT_SENTINEL;
-        EXPECT_REFUSED(ember_to_device(src[i], dst[i], &out), EMBER_ERR_QUANT_TRANSFER,
-                       "Local transfer of quantized tensors is not supported yet");
-        CU_ASSERT_PTR_NULL(out);
+        ember_tensor *out;
+        EXPECT_REFUSED_OUT(out, ember_to_device(src[i], dst[i], &out), EMBER_ERR_QUANT_TRANSFER,
+                           "Local transfer of quantized tensors is not supported yet");
         EXPECT_REFUSED(ember_check_to_device(src[i], dst[i]), EMBER_ERR_QUANT_TRANSFER,
                        "Local transfer of quantized tensors is not supported yet");
         snap_check(src[i], &sq);
@@ -103,10 +93,9 @@ static void test_autodiff_transfer(void) {
     TU_OK(ember_tensor_set_autodiff(t, EMBER_AUTODIFF_BALANCED));
     snap st;
     snap_take(t, &st);
-    ember_tensor *out = OUT_SENTINEL;
-    EXPECT_REFUSED(ember_to_device(t, CL0, &out), EMBER_ERR_AUTODIFF_TRANSFER,
-                   "Autodiff tensor cannot be moved between backends.");
-    CU_ASSERT_PTR_NULL(out);
+    ember_tensor *out;
+    EXPECT_REFUSED_OUT(out, ember_to_device(t, CL0, &out), EMBER_ERR_AUTODIFF_TRANSFER,
+                       "Autodiff tensor cannot be moved between backends.");
     snap_check(t, &st);
     ember_tensor_free(t);
     ember_context_destroy(ctx);
@@ -154,14 +143,11 @@ static void test_foreign_dequantize(void) {
     ember_context *ctx = cl_context();
     ember_qscheme s = q8s();
     ember_tensor *qc = mk_q(ctx, TU_CPU, &s, 2, S23, &rng), *ql = mk_q(ctx, CL0, &s, 2, S23, &rng);
-    ember_tensor *out = OUT_SENTINEL;
-    EXPECT_REFUSED(ember_backend_dequantize(ctx, CL0, qc, &out), EMBER_ERR_FOREIGN_DEQUANTIZE,
-                   NULL);
-    CU_ASSERT_PTR_NULL(out);
-    out = OUT_SENTINEL;
-    EXPECT_REFUSED(ember_backend_dequantize(ctx, TU_CPU, ql, &out), EMBER_ERR_FOREIGN_DEQUANTIZE,
-                   NULL);
-    CU_ASSERT_PTR_NULL(out);
+    ember_tensor *out;
+    EXPECT_REFUSED_OUT(out, ember_backend_dequantize(ctx, CL0, qc, &out),
+                       EMBER_ERR_FOREIGN_DEQUANTIZE, NULL);
+    EXPECT_REFUSED_OUT(out, ember_backend_dequantize(ctx, TU_CPU, ql, &out),
+                       EMBER_ERR_FOREIGN_DEQUANTIZE, NULL);
     TU_OK(ember_backend_dequantize(ctx, CL0, ql, &out));
     ember_tensor_free(out);
     ember_tensor_free(qc);
