@@ -22,7 +22,7 @@
  * ceiling probe above reads one buffer over and over, so it finds it hot in the cache, and the
  * kernel rows never do). Both figures are printed.
  *
- * Usage: bench_qgemm [--json] [--quick] [--threads N] [--reps N] [--shape M,N,K] [--blas-apart]
+ * Usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] [--shape M,N,K] [--blas-apart]
  * --shape: run that one shape (any M, N, K >= 1) instead of the table.
  * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
  * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
@@ -314,17 +314,26 @@ int main(int argc, char **argv) {
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0, blas_apart = 0;
     int64_t only_m = 0, only_n = 0, only_k = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
+        const int more = i + 1 < argc;
+        if (!strcmp(argv[i], "--json")) {
             json = 1;
-        else if (!strcmp(argv[i], "--quick"))
+        } else if (!strcmp(argv[i], "--quick")) {
             quick = 1;
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            only_threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--blas-apart"))
+        } else if (!strcmp(argv[i], "--blas-apart")) {
             blas_apart = 1;
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+        } else if (!strcmp(argv[i], "--threads") && more) {
+            only_threads = atoi(argv[++i]);
+            if (only_threads != 1 && only_threads != 2) {
+                fprintf(stderr, "bench_qgemm: --threads is 1 or 2 (the table's thread counts)\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--reps") && more) {
             reps_arg = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            if (reps_arg < 1) {
+                fprintf(stderr, "bench_qgemm: --reps wants a count >= 1\n");
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--shape") && more) {
             long long a, b, c;
             if (sscanf(argv[++i], "%lld,%lld,%lld", &a, &b, &c) != 3 || a < 1 || b < 1 || c < 1) {
                 fprintf(stderr, "bench_qgemm: --shape wants M,N,K (each >= 1), not '%s'\n",
@@ -332,6 +341,10 @@ int main(int argc, char **argv) {
                 return 2;
             }
             only_m = a, only_n = b, only_k = c;
+        } else {
+            fprintf(stderr, "usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] "
+                            "[--shape M,N,K] [--blas-apart]\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
     void (*omp_set)(int) = NULL; /* oneDNN's OpenMP runtime, when loaded */
