@@ -49,10 +49,16 @@ typedef struct bcase {
 int main(int argc, char **argv) {
     int reps = 15, scalar = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--scalar") == 0)
+        char *end;
+        long r = strtol(argv[i], &end, 10);
+        if (strcmp(argv[i], "--scalar") == 0) {
             scalar = 1;
-        else
-            reps = atoi(argv[i]) > 0 ? atoi(argv[i]) : reps;
+        } else if (*argv[i] && !*end && r >= 1) {
+            reps = (int)(r < 200 ? r : 200);
+        } else {
+            fprintf(stderr, "usage: bench_quant [reps >= 1] [--scalar]\n");
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
     }
     if (reps > 200)
         reps = 200;
