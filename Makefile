@@ -2,6 +2,7 @@
 #   make test    install missing Debian packages, configure build/ (-Werror), build, run ctest
 #   make bench   the same set-up, then run every benchmark (OpenBLAS on its right core type)
 #   make examples  fetch the UCI digits, build and run examples/ (examples.mk)
+#   make test-tiers  the suite again with the CPU capped at avx2, then scalar
 #   make asan    build-asan/ with AddressSanitizer + UndefinedBehaviorSanitizer, run ctest there
 # Variables: BUILD, ASAN_BUILD, JOBS, CMAKE_FLAGS (extra -D options for both builds).
 
@@ -25,7 +26,7 @@ BLAS_CORE := $(shell grep -qw avx512f /proc/cpuinfo 2>/dev/null && \
                      grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && \
                      echo SkylakeX)
 
-.PHONY: all deps configure build test bench asan clean examples
+.PHONY: all deps configure build test test-tiers bench asan clean examples
 all: build
 
 # Install only what is missing, as root or through sudo.
@@ -53,6 +54,14 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The suite again with the CPU capped at the tiers a machine without AVX-512 runs (avx2, scalar):
+# it keeps the tests honest about what they expect of the tier (CI runs on an AMX machine).
+test-tiers: build
+	cd $(BUILD) && for cap in avx2 scalar; do \
+	  echo "== EMBER_CPU_MAX_ISA=$$cap"; \
+	  EMBER_CPU_MAX_ISA=$$cap ctest --output-on-failure -j$(JOBS) || exit 1; \
+	done
 
 bench: build
 	@core="$${OPENBLAS_CORETYPE:-$(BLAS_CORE)}"; \
