@@ -74,39 +74,19 @@ static void one_case(int64_t batch, int64_t m, int64_t n, int64_t k, int full) {
     tu_rand_f32(&rng, A, na, -2.0f, 2.0f);
     tu_rand_f32(&rng, B, nb, -0.5f, 0.5f);
     int64_t ash[3] = {batch, m, k}, bsh[3] = {batch, k, n};
-    ember_qscheme qs = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *xa = NULL, *xb = NULL, *qa = NULL, *qb = NULL, *o = NULL;
-    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, ash, A, &xa));
-    TU_OK(ember_tensor_from_data(ctx, gpu, EMBER_F32, 3, bsh, B, &xb));
-    TU_OK(ember_quantize(xa, &qs, &qa));
-    TU_OK(ember_quantize(xb, &qs, &qb));
-    TU_OK(ember_q_matmul(qa, qb, &o));
-    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
-    TU_OK(ember_tensor_read(o, O, no * 4));
+    ember_tensor *qa = NULL, *qb = NULL;
+    tu_q8_matmul_nd(ctx, gpu, 3, ash, bsh, A, B, O, no * 4, &qa, &qb);
     CU_ASSERT_EQUAL(exact_errors(qa, qb, O, batch, m, n, k, full, 0), 0);
     if (ctx->be[EMBER_BACKEND_CPU].ops->q_matmul && m * n * k <= (int64_t)1 << 33) {
         /* the CPU backend from the same floats (quantization is bit-identical across backends) */
-        ember_tensor *ha = NULL, *hb = NULL, *hqa = NULL, *hqb = NULL, *ho = NULL;
-        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 3, ash, A, &ha));
-        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 3, bsh, B, &hb));
-        TU_OK(ember_quantize(ha, &qs, &hqa));
-        TU_OK(ember_quantize(hb, &qs, &hqb));
-        TU_OK(ember_q_matmul(hqa, hqb, &ho));
         float *P = malloc(no * 4);
-        if (ho && P) {
-            TU_OK(ember_tensor_read(ho, P, no * 4));
-            CU_ASSERT_EQUAL(memcmp(P, O, no * 4), 0);
-        }
+        CU_ASSERT_FATAL(P != NULL);
+        tu_q8_matmul_nd(ctx, TU_CPU, 3, ash, bsh, A, B, P, no * 4, NULL, NULL);
+        CU_ASSERT_EQUAL(memcmp(P, O, no * 4), 0);
         free(P);
-        ember_tensor *hs[] = {ha, hb, hqa, hqb, ho};
-        for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
-            ember_tensor_free(hs[i]);
     }
-    ember_tensor_free(xa);
-    ember_tensor_free(xb);
     ember_tensor_free(qa);
     ember_tensor_free(qb);
-    ember_tensor_free(o);
     free(A);
     free(B);
     free(O);

@@ -85,22 +85,34 @@ ember_qscheme tu_qscheme_sample(int k) {
     }
 }
 
+void tu_q8_matmul_nd(ember_context *c, ember_device dev, int rank, const int64_t *xs,
+                     const int64_t *ws, const float *x, const float *w, float *r, size_t rbytes,
+                     ember_tensor **qx, ember_tensor **qw) {
+    ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *tx = NULL, *tw = NULL, *qxt = NULL, *qwt = NULL, *y = NULL;
+    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, rank, xs, x, &tx));
+    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, rank, ws, w, &tw));
+    TU_OK(ember_quantize(tx, &q, &qxt));
+    TU_OK(ember_quantize(tw, &q, &qwt));
+    TU_OK(ember_q_matmul(qxt, qwt, &y));
+    TU_OK(ember_tensor_read(y, r, rbytes));
+    ember_tensor_free(y);
+    ember_tensor_free(tx);
+    ember_tensor_free(tw);
+    if (qx)
+        *qx = qxt;
+    else
+        ember_tensor_free(qxt);
+    if (qw)
+        *qw = qwt;
+    else
+        ember_tensor_free(qwt);
+}
+
 void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
                   const float *x, const float *w, float *r) {
     const int64_t sx[] = {m, k}, sw[] = {k, n};
-    ember_qscheme q = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
-    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sx, x, &tx));
-    TU_OK(ember_tensor_from_data(c, dev, EMBER_F32, 2, sw, w, &tw));
-    TU_OK(ember_quantize(tx, &q, &qx));
-    TU_OK(ember_quantize(tw, &q, &qw));
-    TU_OK(ember_q_matmul(qx, qw, &y));
-    TU_OK(ember_tensor_read(y, r, (size_t)(m * n) * sizeof(float)));
-    ember_tensor_free(y);
-    ember_tensor_free(qx);
-    ember_tensor_free(qw);
-    ember_tensor_free(tx);
-    ember_tensor_free(tw);
+    tu_q8_matmul_nd(c, dev, 2, sx, sw, x, w, r, (size_t)(m * n) * sizeof(float), NULL, NULL);
 }
 
 void tu_check_status(const char *file, int line, ember_status got, ember_status want,

@@ -44,12 +44,18 @@ void tu_check_status(const char *file, int line, ember_status got, ember_status 
 ember_context *tu_cpu_context(void);
 extern const ember_device TU_CPU;
 
-/* Quantize x [m, k] and w [k, n] (Q8S per tensor) on dev of context c, q_matmul them and read the
- * f32 product into r ([m, n]); every tensor is freed again. CU failures on any error. */
 /* A sample of quantization schemes that take different code paths, by index: 0 Q8S per tensor,
  * 1 Q4S PackedU32 per tensor, 2 Q8S blocks of 4 on the last axis, 3 E2M1 PackedNative blocks of 4
  * with a tensor-level scale and UE4M3 block scales, 4 E4M3 per tensor, 5 and up Q8F per tensor. */
 ember_qscheme tu_qscheme_sample(int k);
+/* Quantize x (shape xs) and w (shape ws), both of rank `rank` (Q8S per tensor), on dev of context
+ * c, q_matmul them and read the f32 product into r (rbytes). The quantized operands go to *qx and
+ * *qw when those are given (the caller frees them); every other tensor is freed again. CU failures
+ * on any error. */
+void tu_q8_matmul_nd(ember_context *c, ember_device dev, int rank, const int64_t *xs,
+                     const int64_t *ws, const float *x, const float *w, float *r, size_t rbytes,
+                     ember_tensor **qx, ember_tensor **qw);
+/* The same for x [m, k] and w [k, n] into r [m, n], nothing kept. */
 void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
                   const float *x, const float *w, float *r);
 
