@@ -538,14 +538,7 @@ static void usage(const char *argv0) {
 }
 
 int main(int argc, char **argv) {
-    /* short idle spins for the interleaved rows (blas_coretype.h); the re-execution for them
-     * also serves the core type when ember_tool_blas_coretype does not re-execute itself */
-    int respawn = ember_tool_short_spins();
-    ember_tool_blas_coretype(argv, bench_blas_core());
-    if (respawn) {
-        fflush(NULL);
-        execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
-    }
+    ember_tool_bench_env(argv, bench_blas_core()); /* spins and core type (blas_coretype.h) */
 
     bench_format fmt = BENCH_TABLE;
     int reps = 7;

@@ -299,18 +299,11 @@ static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "emb
                                        "read_bw"};
 
 int main(int argc, char **argv) {
-    /* OpenBLAS's core type and short idle spins for the interleaved rows (blas_coretype.h), each
-     * unless the caller set it: both are read when the libraries load, so the program re-executes
-     * itself once. (The spins used to be set only with the core type: under `make bench`, which
-     * sets OPENBLAS_CORETYPE, OpenMP's and OpenBLAS's threads kept spinning into the next row.) */
-    int respawn = ember_tool_short_spins();
-    if (!getenv("OPENBLAS_CORETYPE"))
-        respawn = !setenv("OPENBLAS_CORETYPE", "SkylakeX", 1) || respawn;
-    if (respawn && !getenv("EMBER_TOOL_REEXEC")) {
-        setenv("EMBER_TOOL_REEXEC", "1", 1); /* never loop */
-        fflush(NULL);
-        execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
-    }
+    /* OpenBLAS's core type and short idle spins for the interleaved rows, each unless the caller
+     * set it (blas_coretype.h). (The spins used to come only with a core type this program set
+     * itself: under `make bench`, which sets OPENBLAS_CORETYPE, OpenMP's and OpenBLAS's threads
+     * kept spinning into the next row; and it set SkylakeX on any CPU, AVX-512 or not.) */
+    ember_tool_bench_env(argv, openblas_get_corename());
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0, blas_apart = 0;
     int64_t only_m = 0, only_n = 0, only_k = 0;
     for (int i = 1; i < argc; i++) {

@@ -68,4 +68,16 @@ static inline void ember_tool_blas_coretype(char **argv, const char *current_cor
             core, current_core ? current_core : "its own choice");
 }
 
+/* For the benchmarks that interleave rows: short idle spins (ember_tool_short_spins) and OpenBLAS's
+ * core type (ember_tool_blas_coretype), each unless the caller set it, with at most one
+ * re-execution for both. Call first thing in main(). */
+static inline void ember_tool_bench_env(char **argv, const char *current_core) {
+    int respawn = ember_tool_short_spins();
+    ember_tool_blas_coretype(argv, current_core); /* re-executes itself when it sets the core */
+    if (respawn) {
+        fflush(NULL);
+        execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
+    }
+}
+
 #endif
