@@ -475,8 +475,10 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
     const pack_a_arg *a = varg;
     const ember__qpack *p = a->p;
     const int64_t kp = p->kp, k = p->k;
-    const int fast = a->avx512 && (p->nch == 1 || p->kc % 64 == 0);
+    const int fast = a->avx512 && (p->nch == 1 || p->kc % 64 == 0 || p->kc == 32);
     for (int64_t i = task * 16; i < task * 16 + 16; i++) {
+        if (!a->amx && i >= a->m)
+            break; /* the vector tiers never read the padding rows (nor their sums) */
         const int8_t *src = i < a->m ? a->A + i * a->lda : NULL;
         if (fast) {
             if (a->amx)
