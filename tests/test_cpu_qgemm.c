@@ -187,31 +187,35 @@ static void test_epilogue(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    check_epilogue(s, 37, 45, 200, 0, 8, 0);   /* per-row x per-column, one chunk */
-    check_epilogue(s, 5, 70, 256, 32, 8, 0);   /* block 32 along K */
-    check_epilogue(s, 40, 33, 192, 64, 8, 1);  /* block 64, f16 scales */
-    check_epilogue(s, 3, 64, 384, 128, 4, 1);  /* 4-bit, block 128 */
-    check_epilogue(s, 70, 50, 96, 32, 4, 0);   /* 4-bit, block 32 */
-    check_epilogue(s, 1, 100, 64, 32, 4, 1);   /* decode row */
-    check_epilogue(s, 1, 70, 96, 32, 4, 0);    /* decode row, f32 scales, a lone last panel */
-    check_epilogue(s, 1, 200, 2048, 32, 4, 1); /* decode row, 64 blocks, several tasks */
-    check_epilogue(s, 1, 1100, 256, 32, 4, 0); /* decode row, tasks of 3 panels: a pair + one */
-    check_epilogue(s, 1, 1100, 256, 32, 4, 1); /* the same, f16 scales */
-    check_epilogue(s, 9, 70, 200, 0, 8, 0);    /* decode rows on m-row AMX tiles */
-    check_epilogue(s, 97, 40, 130, 0, 4, 0);   /* 4-bit, one chunk, several row blocks */
-    check_epilogue(s, 130, 70, 640, 0, 8, 0);  /* pipelined scaling over many K steps */
-    check_epilogue(s, 40, 70, 1100, 0, 4, 0);  /* 4-bit over several K slices */
-    check_epilogue(s, 600, 300, 96, 0, 8, 0);  /* several row and column tasks */
-    check_epilogue(s, 40, 70, 768, 256, 8, 0); /* 8-bit, block 256: chunked tile path */
-    check_epilogue(s, 100, 70, 320, 64, 4, 1); /* 4-bit, block 64: chunked, two steps */
-    check_epilogue(s, 45, 33, 160, 32, 4, 0);  /* 4-bit, block 32, odd chunk count */
-    check_epilogue(s, 40, 50, 64, 32, 4, 0);   /* 4-bit, block 32, two chunks (the shortest) */
+    check_epilogue(s, 37, 45, 200, 0, 8, 0);    /* per-row x per-column, one chunk */
+    check_epilogue(s, 5, 70, 256, 32, 8, 0);    /* block 32 along K */
+    check_epilogue(s, 40, 33, 192, 64, 8, 1);   /* block 64, f16 scales */
+    check_epilogue(s, 3, 64, 384, 128, 4, 1);   /* 4-bit, block 128 */
+    check_epilogue(s, 70, 50, 96, 32, 4, 0);    /* 4-bit, block 32 */
+    check_epilogue(s, 1, 100, 64, 32, 4, 1);    /* decode row */
+    check_epilogue(s, 1, 70, 96, 32, 4, 0);     /* decode row, f32 scales, a lone last panel */
+    check_epilogue(s, 1, 200, 2048, 32, 4, 1);  /* decode row, 64 blocks, several tasks */
+    check_epilogue(s, 1, 1100, 256, 32, 4, 0);  /* decode row, tasks of 3 panels: a pair + one */
+    check_epilogue(s, 1, 1100, 256, 32, 4, 1);  /* the same, f16 scales */
+    check_epilogue(s, 9, 70, 200, 0, 8, 0);     /* decode rows on m-row AMX tiles */
+    check_epilogue(s, 97, 40, 130, 0, 4, 0);    /* 4-bit, one chunk, several row blocks */
+    check_epilogue(s, 130, 70, 640, 0, 8, 0);   /* pipelined scaling over many K steps */
+    check_epilogue(s, 40, 70, 1100, 0, 4, 0);   /* 4-bit over several K slices */
+    check_epilogue(s, 600, 300, 96, 0, 8, 0);   /* several row and column tasks */
+    check_epilogue(s, 40, 70, 768, 256, 8, 0);  /* 8-bit, block 256: chunked tile path */
+    check_epilogue(s, 100, 70, 320, 64, 4, 1);  /* 4-bit, block 64: chunked, two steps */
+    check_epilogue(s, 45, 33, 160, 32, 4, 0);   /* 4-bit, block 32, odd chunk count */
+    check_epilogue(s, 40, 50, 64, 32, 4, 0);    /* 4-bit, block 32, two chunks (the shortest) */
+    check_epilogue(s, 70, 45, 160, 32, 8, 0);   /* 8-bit, block 32: signed panel, a step a chunk */
+    check_epilogue(s, 33, 70, 384, 128, 8, 1);  /* 8-bit, block 128: signed panel, two steps */
+    check_epilogue(s, 300, 40, 2112, 64, 8, 0); /* blocks over K > 2048: tasks of 256 rows */
     g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);
     check_epilogue(s, 45, 33, 160, 32, 4, 1);
     check_epilogue(s, 100, 70, 320, 64, 4, 1);
     check_epilogue(s, 40, 70, 768, 256, 8, 0);
     check_epilogue(s, 5, 70, 256, 32, 8, 0);
+    check_epilogue(s, 70, 45, 160, 32, 8, 1);
     g_sa_row = 0;
     ember_context_destroy(ctx);
 }

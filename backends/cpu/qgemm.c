@@ -568,12 +568,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         if (!thin)
             t = EMBER__QT_AVX512;
     }
-    /* Short scale blocks along K need a scaled epilogue every block. 4-bit B: the tiles multiply
-     * signed unpacked panels and the scaling of one block overlaps the products of the next
-     * (qgemm_amx.c, block_chunked): 434-447 GOPS against 294-302 on VNNI at M = 512, K = N =
-     * 4096, blocks of 32. 8-bit B with blocks under 256 (not measured on AMX) stays on VNNI. */
-    if (t == EMBER__QT_AMX && p->nch > 1 && p->kc < 256 && p->bits == 8)
-        t = EMBER__QT_AVX512;
+    /* Short scale blocks along K need a scaled epilogue every block: on AMX the tiles multiply
+     * signed panels and the scaling of one block overlaps the products of the next (qgemm_amx.c,
+     * block_chunked). 4-bit B: 434-447 GOPS against 294-302 on VNNI at M = 512, K = N = 4096,
+     * blocks of 32. */
     const int nt = s ? s->num_threads : 1;
     /* AMX works on 32-row blocks; the vector tiers pad rows to 32 as well (cheap). */
     const int64_t mp = round_up(m, 32);
@@ -582,10 +580,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t rsn = (size_t)mp * (size_t)p->nch;
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)),
                  sbytes = round_up64(rsn * sizeof(float));
-    /* AMX per thread at work: the int32 sums of a task, then 4-bit: two unpacked panels
-     * (2 x 32 x kp) */
+    /* AMX per thread at work: the int32 sums of a task, then for 4-bit B two unpacked panels
+     * (2 x 32 x kp), for block scales along K a signed panel (32 x kp) */
     const size_t per =
-        amx ? EMBER__AMX_ACC_BYTES + (p->bits == 4 ? (size_t)64 * (size_t)p->kp : 0) : 0;
+        amx ? EMBER__AMX_ACC_BYTES +
+                  (p->bits == 4 || (p->nch > 1 && C) ? (size_t)64 * (size_t)p->kp : 0)
+            : 0;
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {
@@ -613,6 +613,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                  * seven alternations); at 512 rows they lost (1.60-1.66 -> 1.54-1.59) */
                 mb = mp > 512 ? 256 : 512;
                 nb = 256;
+                /* Block scales along K (block_chunked walks the whole K per 32 x 32 block): 256
+                 * rows, A's 2 MiB at K = 4096 halved. 512 x 4096^2, 8-bit, blocks of 32 / 64 /
+                 * 128 (one process, one run each, medians of 200 calls): 1005 / 1634 / 1858 -> 1072
+                 * / 1771 / 2411 GOPS; 4-bit blocks of 32 1009 -> 1069. */
+                if (p->nch > 1)
+                    mb = 256;
             }
         } else {
             mb = 64;

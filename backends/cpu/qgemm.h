@@ -155,7 +155,7 @@ typedef struct ember__qjob {
     int32_t *c32; /* exact int32 out (single chunk only, test hook) */
     int64_t ldc;
     uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
-                          for 4-bit B), 64-byte aligned */
+                          for 4-bit B or several chunks), 64-byte aligned */
     int sa_row;        /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
                           sa[i * nch]): a kernel may apply it once per row after the chunk sums */
     int nt_store;      /* C is large: full aligned rows of 64 bytes may be written with streaming

@@ -102,6 +102,14 @@ static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) 
         }
 }
 
+/* 8-bit 32-column panel -> the same layout, signed (the bias of 128 removed), for TDPBSSD */
+static void signed_panel8(const ember__qpack *p, int64_t j, uint8_t *dst) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const uint8_t *src = p->b + (j / 32) * (p->kp / 4) * 128;
+    for (int64_t o = 0; o < p->kp * 32; o += 64)
+        _mm512_store_si512(dst + o, _mm512_xor_si512(_mm512_load_si512(src + o), bias));
+}
+
 /* One 32 x 32 block, one K chunk [k0, k1), int32 sums into out[32][32]. */
 static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, const uint8_t *b1,
                        int64_t k0, int64_t k1, int ks, int32_t *out) {
@@ -462,18 +470,13 @@ static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m51
  * x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes rows of C. */
 static inline __attribute__((always_inline)) void
 epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int64_t j, int64_t c,
-          int64_t rows, int mode, int sgn, __mmask16 k0m, __mmask16 k1m) {
+          int64_t rows, int mode, __mmask16 k0m, __mmask16 k1m) {
     const ember__qpack *p = jb->p;
     const int64_t nch = p->nch;
     __m512 s0, s1;
     col_scales(p, c, j, &s0, &s1);
     for (int64_t r = 0; r < rows; r++) {
         __m512i y0 = _mm512_load_si512(buf + r * 32), y1 = _mm512_load_si512(buf + r * 32 + 16);
-        if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
-            const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
-            y0 = _mm512_sub_epi32(y0, corr);
-            y1 = _mm512_sub_epi32(y1, corr);
-        }
         const __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
         __m512 x0 = _mm512_cvtepi32_ps(y0), x1 = _mm512_cvtepi32_ps(y1);
         if (jb->sa_row) { /* sum x * sb over the chunks, times the row's A scale at the end */
@@ -506,8 +509,9 @@ epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int
 
 /* Several K chunks (scale blocks along K, kc % 32 == 0), float output: per 32 x 32 block the
  * chunks are multiplied in turn, and the scaling of chunk c - 1 (vector work) is issued while the
- * tile unit multiplies chunk c (two int32 buffers). 4-bit panels are unpacked once per task
- * panel and serve every row block of the task. Same sums as the other paths: exact int32 per
+ * tile unit multiplies chunk c (two int32 buffers). Panels are made signed once per task panel
+ * (4-bit: unpacked; 8-bit: the bias flipped off) and serve every row block of the task: TDPBSSD,
+ * and no row-sum correction in the epilogue. Same sums as the other paths: exact int32 per
  * chunk, then mul (x * (sa * sb)) and add in chunk order. */
 static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int ks, uint8_t *unp) {
@@ -518,14 +522,11 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
     if (i1 > jb->m)
         i1 = jb->m;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b0;
-        const int sgn = p->bits == 4; /* 4-bit: signed panel, TDPBSSD, no correction */
-        if (p->bits == 8) {
-            b0 = p->b + (j / 32) * (kp / 4) * 128;
-        } else {
+        const uint8_t *b0 = unp;
+        if (p->bits == 8)
+            signed_panel8(p, j, unp);
+        else
             unpack_panel_signed(p, j, unp);
-            b0 = unp;
-        }
         const uint8_t *b1 = b0 + 64;
         const int64_t nv = p->n - j;
         const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
@@ -535,7 +536,7 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
             const int8_t *a1 = a0 + 1024;
             const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
-            if (kc == ks && sgn) {
+            if (kc == ks) {
                 /* one tile step per chunk: the two 16-row halves staggered, so that the tile
                  * unit multiplies one half while the other half's sums are stored */
                 for (int64_t c = 0; c < nch; c++) {
@@ -557,40 +558,31 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     _tile_dpbssd(2, 5, 6);
                     _tile_dpbssd(3, 5, 7);
                     if (c > 0)
-                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
+                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, k0m,
                                   k1m);
                     _tile_stored(0, buf[c & 1], 128);
                     _tile_stored(1, buf[c & 1] + 16, 128);
                 }
                 _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
                 _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
-                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
+                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, k0m, k1m);
                 continue;
             }
             for (int64_t c = 0; c < nch; c++) {
                 AMX_ZERO4();
-                if (sgn)
-                    for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
-                        const int64_t ao = (k / 64) * 2048 + (k % 64);
-                        AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32,
-                                   128);
-                    }
-                else
-                    for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
-                        const int64_t ao = (k / 64) * 2048 + (k % 64);
-                        AMX_STEP22(_tile_dpbsud, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32,
-                                   128);
-                    }
+                for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
+                    const int64_t ao = (k / 64) * 2048 + (k % 64);
+                    AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
+                }
                 if (c > 0)
-                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn, k0m,
-                              k1m);
+                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, k0m, k1m);
                 int32_t *dst = buf[c & 1];
                 _tile_stored(0, dst, 128);
                 _tile_stored(1, dst + 16, 128);
                 _tile_stored(2, dst + 16 * 32, 128);
                 _tile_stored(3, dst + 16 * 32 + 16, 128);
             }
-            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, sgn, k0m, k1m);
+            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, k0m, k1m);
         }
     }
 }
@@ -604,9 +596,9 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
     float facc[32 * 32] __attribute__((aligned(64)));
     uint8_t *unp = NULL;
     /* the driver's per-thread scratch: the int32 sums of the row blocks (MB_MAX x 32), then the
-     * unpacked 4-bit panel (32 x kp) */
+     * unpacked 4-bit panel or block_chunked's signed panel (32 x kp) */
     int32_t(*acc)[32 * 32] = (int32_t(*)[32 * 32])(void *)jb->scratch[thread];
-    if (p->bits == 4)
+    if (p->bits == 4 || (nch > 1 && jb->c)) /* an unpacked or signed panel (block_chunked) */
         unp = jb->scratch[thread] + EMBER__AMX_ACC_BYTES;
     tile_config(ks);
     if (i1 > jb->mp)

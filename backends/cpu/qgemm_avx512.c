@@ -268,8 +268,8 @@ double ember__qpeak_vnni(int64_t iters) {
 }
 
 /* One row of A into the packed buffer: 64-byte pieces (piece q, values [64q, 64q + 64), zeros past
- * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64 or 32,
- * or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
+ * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64 or
+ * 32, or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
                           int8_t *dst, int64_t pstride, int32_t *rs) {
     const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
@@ -278,9 +278,9 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
             const int64_t k0 = q * 64;
             __m512i v = zero;
             if (src && k0 < k)
-                v = k - k0 >= 64 ? _mm512_loadu_si512(src + k0)
-                                 : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1),
-                                                           src + k0);
+                v = k - k0 >= 64
+                        ? _mm512_loadu_si512(src + k0)
+                        : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
             _mm512_storeu_si512(dst + q * pstride, v);
             const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero);
             /* each half counted its 32 bytes (padding zeros included) as 128 too */
