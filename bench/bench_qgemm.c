@@ -8,6 +8,8 @@
  *                    such a first call instead, B multiplied as it is stored: AMX for 2..128
  *                    rows, AVX-512 VNNI for one row or without AMX)
  *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
+ *   ember_q8_blocked Q8S activations x Q8S weights with the Q4 row's scales (block 32 along K,
+ *                    f16; A per row and block), packed once: burn's block-quantized 8-bit weights
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
  *   blas_sgemm       OpenBLAS sgemm on the dequantized operands (core name printed)
@@ -258,7 +260,7 @@ typedef struct ember_case {
     const int8_t *A, *B, *B4;
     const float *sa, *sb, *sb4, *sa4; /* sa4: A's scale per row and K block of 32 ([m][k/32]) */
     float *C;
-    ember__qpack p8, p4;
+    ember__qpack p8, p4, p8b;
 } ember_case;
 
 static void ember_cached(ember_case *e) {
@@ -267,6 +269,10 @@ static void ember_cached(ember_case *e) {
 
 static void ember_q4(ember_case *e) {
     ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa4, &e->p4, e->C, e->n);
+}
+
+static void ember_q8b(ember_case *e) {
+    ember__qgemm(e->s, e->tier, e->m, e->A, e->k, e->sa4, &e->p8b, e->C, e->n);
 }
 
 typedef struct s8_src {
@@ -293,10 +299,10 @@ static void ember_first(ember_case *e) {
 
 /* ---------------------------------------------------------------- main */
 
-enum { R_E8, R_E8F, R_E4, R_DR, R_DP, R_BLAS, R_BW, NROWS };
-static const char *row_names[NROWS] = {"ember_q8_cached", "ember_q8_first", "ember_q4_cached",
-                                       "dnnl_reordered",  "dnnl_plain",     "blas_sgemm",
-                                       "read_bw"};
+enum { R_E8, R_E8F, R_E4, R_E8B, R_DR, R_DP, R_BLAS, R_BW, NROWS };
+static const char *row_names[NROWS] = {"ember_q8_cached",  "ember_q8_first", "ember_q4_cached",
+                                       "ember_q8_blocked", "dnnl_reordered", "dnnl_plain",
+                                       "blas_sgemm",       "read_bw"};
 
 int main(int argc, char **argv) {
     /* OpenBLAS's core type and short idle spins for the interleaved rows, each unless the caller
@@ -428,9 +434,9 @@ int main(int argc, char **argv) {
                 "peak %.0f GOPS, read bandwidth (16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 "
                 "weights), M=8 %.0f\n",
                 nt, amx_peak, l2_loop, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
-            printf("%-16s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s %6s\n", "shape M,N,K",
-                   "e_q8", "e_q8_1st", "e_q4", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro", "1st/pl",
-                   "q4/q8", "q8/blas", "%peak", "%loop");
+            printf("%-16s %9s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s %6s\n", "shape M,N,K",
+                   "e_q8", "e_q8_1st", "e_q4", "e_q8b", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro",
+                   "1st/pl", "q4/q8", "q8/blas", "%peak", "%loop");
         }
         for (int si = 0; si < nshapes; si++) {
             const int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
@@ -470,7 +476,7 @@ int main(int argc, char **argv) {
                 sb[j] = 0.02f;
             for (int64_t j = 0; j < n * (k / 32); j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
-            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}};
+            ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}, {0}};
             bw_arg bwa;
             memset(&bwa, 0, sizeof bwa);
             bwa.bytes = (size_t)(k * n);
@@ -481,6 +487,7 @@ int main(int argc, char **argv) {
             s8_src s4 = {B4, n};
             ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
+            ember__qpack_b_plain(s, &e.p8b, k, n, n, 32, B, sb4);
 #ifdef EMBER_BENCH_HAVE_DNNL
             dnnl_case dr, dp;
             dnnl_setup(&dr, m, n, k, A, B, C32, 1);
@@ -505,6 +512,9 @@ int main(int argc, char **argv) {
                         break;
                     case R_E4:
                         ember_q4(&e);
+                        break;
+                    case R_E8B:
+                        ember_q8b(&e);
                         break;
 #ifdef EMBER_BENCH_HAVE_DNNL
                     case R_DR:
@@ -563,9 +573,9 @@ int main(int argc, char **argv) {
                 char loop[16] = "     -";
                 if (best == EMBER__QT_AMX && m > 8)
                     snprintf(loop, sizeof loop, "%5.0f%%", 100 * g[R_E8] / l2_loop);
-                printf("%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f %6.1f "
-                       "%5.0f%% %s",
-                       shp, g[R_E8], g[R_E8F], g[R_E4], g[R_DR], g[R_DP], g[R_BLAS],
+                printf("%-16s %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f %9.0f | %6.2f %6.2f %6.2f "
+                       "%6.1f %5.0f%% %s",
+                       shp, g[R_E8], g[R_E8F], g[R_E4], g[R_E8B], g[R_DR], g[R_DP], g[R_BLAS],
                        g[R_E8] / g[R_DR], g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8],
                        g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk, loop);
                 if (m <= 8)
@@ -585,6 +595,7 @@ int main(int argc, char **argv) {
 #endif
             ember__qpack_free(&e.p8);
             ember__qpack_free(&e.p4);
+            ember__qpack_free(&e.p8b);
             ember__aligned_free(bwrow);
             ember__aligned_free(A);
             ember__aligned_free(B);

@@ -197,6 +197,8 @@ static void test_epilogue(void) {
     check_epilogue(s, 1, 200, 2048, 32, 4, 1);  /* decode row, 64 blocks, several tasks */
     check_epilogue(s, 1, 1100, 256, 32, 4, 0);  /* decode row, tasks of 3 panels: a pair + one */
     check_epilogue(s, 1, 1100, 256, 32, 4, 1);  /* the same, f16 scales */
+    check_epilogue(s, 1, 70, 256, 32, 8, 0);    /* decode row, 8-bit blocks of 32, f32 scales */
+    check_epilogue(s, 1, 100, 384, 128, 8, 1);  /* decode row, 8-bit blocks of 128, f16 scales */
     check_epilogue(s, 9, 70, 200, 0, 8, 0);     /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);    /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0);   /* pipelined scaling over many K steps */

@@ -144,46 +144,61 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     }
 }
 
-/* One row of A (decode) against 4-bit B, columns [j0, j1): micro() with MR = 1 did the same work,
- * but at blocks of 32 its bookkeeping per chunk (the loop of prefetches, the bias subtracted, the
- * scale format tested, registers shuffled between chunks) cost more than the 16 products. Here
- * the sums start at minus the bias term, the prefetches ride along the loads, the chunk's scales
- * are multiplied before the conversion's result is ready, and the scale format is fixed per call.
- * Single thread, B in L2 (K = 4096, N = 256, blocks of 32, f16 scales): the kernel alone 236
+/* One row of A (decode) against B in K chunks (4-bit B, or 8-bit B with block scales), columns
+ * [j0, j1): micro() with MR = 1 did the same work, but at blocks of 32 its bookkeeping per chunk
+ * (the loop of prefetches, the bias subtracted, the scale format tested, registers shuffled
+ * between chunks) cost more than the 16 products. Here the sums start at minus the bias term, the
+ * prefetches (4-bit) ride along the loads, the chunk's scales are multiplied before the
+ * conversion's result is ready, and the value width and scale format are fixed per call. Single
+ * thread, B in L2 (K = 4096, N = 256, 4-bit, blocks of 32, f16 scales): the kernel alone 236
  * against ~110 GOPS. */
-EMBER__INLINE void row4_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
-                             const int sb16) {
+EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
+                            const int bits, const int sb16) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
-    const int64_t bbytes = (p->np / 32) * (kp / 8) * 128;
+    const int64_t pbytes = kp * bits * 4; /* one panel: 32 columns x kp values */
+    const int64_t bbytes = (p->np / 32) * pbytes;
     const int8_t *a = jb->a + i * kp;
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b = p->b + (j / 32) * (kp / 8) * 128;
+        const uint8_t *b = p->b + (j / 32) * pbytes;
         const int64_t sj = ember__qpack_sidx(p, 0, j);
         __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
         for (int64_t c = 0; c < nch; c++) {
             __m512i a0 = _mm512_set1_epi32(-p->bias * rs[c]), a1 = a0;
-            __m512i h0 = _mm512_setzero_si512(), h1 = h0; /* 16 x the high nibbles' sums */
-            const uint8_t *bc = b + c * kc * 16;
+            __m512i h0 = _mm512_setzero_si512(), h1 = h0; /* second chains (4-bit: 16 x the high
+                                                             nibbles' sums) */
+            const uint8_t *bc = b + c * kc * bits * 4;
             const int8_t *ac = a + c * kc;
             for (int64_t kk = 0; kk < kc; kk += 8) {
-                const uint8_t *w = bc + kk * 16;
-                if (w - p->b + Q4_PF_BYTES < bbytes) {
-                    _mm_prefetch((const char *)(w + Q4_PF_BYTES), _MM_HINT_T1);
-                    _mm_prefetch((const char *)(w + Q4_PF_BYTES + 64), _MM_HINT_T1);
-                }
-                const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
                 int32_t x0, x1;
                 __builtin_memcpy(&x0, ac + kk, 4);
                 __builtin_memcpy(&x1, ac + kk + 4, 4);
                 const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w0, m4), y0);
-                a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(w1, m4), y0);
-                h0 = _mm512_dpbusd_epi32(h0, _mm512_andnot_si512(m4, w0), y1);
-                h1 = _mm512_dpbusd_epi32(h1, _mm512_andnot_si512(m4, w1), y1);
+                if (bits == 4) {
+                    const uint8_t *w = bc + kk * 16;
+                    if (w - p->b + Q4_PF_BYTES < bbytes) {
+                        _mm_prefetch((const char *)(w + Q4_PF_BYTES), _MM_HINT_T1);
+                        _mm_prefetch((const char *)(w + Q4_PF_BYTES + 64), _MM_HINT_T1);
+                    }
+                    const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
+                    a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w0, m4), y0);
+                    a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(w1, m4), y0);
+                    h0 = _mm512_dpbusd_epi32(h0, _mm512_andnot_si512(m4, w0), y1);
+                    h1 = _mm512_dpbusd_epi32(h1, _mm512_andnot_si512(m4, w1), y1);
+                } else {
+                    const uint8_t *w = bc + kk * 32;
+                    a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(w), y0);
+                    a1 = _mm512_dpbusd_epi32(a1, _mm512_load_si512(w + 64), y0);
+                    h0 = _mm512_dpbusd_epi32(h0, _mm512_load_si512(w + 128), y1);
+                    h1 = _mm512_dpbusd_epi32(h1, _mm512_load_si512(w + 192), y1);
+                }
+            }
+            if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
+                h0 = _mm512_srai_epi32(h0, 4);
+                h1 = _mm512_srai_epi32(h1, 4);
             }
             const __m512 sar = _mm512_set1_ps(sa[c]);
             __m512 s0, s1;
@@ -198,11 +213,8 @@ EMBER__INLINE void row4_body(const ember__qjob *jb, int64_t i, int64_t j0, int64
             }
             s0 = _mm512_mul_ps(sar, s0);
             s1 = _mm512_mul_ps(sar, s1);
-            /* every term of h is a multiple of 16 (see micro): the shift is exact */
-            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, _mm512_srai_epi32(h0, 4))),
-                                 s0, f0);
-            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, _mm512_srai_epi32(h1, 4))),
-                                 s1, f1);
+            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)), s0, f0);
+            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)), s1, f1);
         }
         const int64_t nv = p->n - j;
         float *o = jb->c + i * jb->ldc + j;
@@ -211,11 +223,18 @@ EMBER__INLINE void row4_body(const ember__qjob *jb, int64_t i, int64_t j0, int64
     }
 }
 
+typedef void (*row_fn)(const ember__qjob *, int64_t, int64_t, int64_t);
 static void row4_f16(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
-    row4_body(jb, i, j0, j1, 1);
+    row_body(jb, i, j0, j1, 4, 1);
 }
 static void row4_f32(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
-    row4_body(jb, i, j0, j1, 0);
+    row_body(jb, i, j0, j1, 4, 0);
+}
+static void row8_f16(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
+    row_body(jb, i, j0, j1, 8, 1);
+}
+static void row8_f32(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
+    row_body(jb, i, j0, j1, 8, 0);
 }
 
 static void micro1(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 1); }
@@ -232,8 +251,11 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                                 int64_t) = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
     if (i1 > jb->m)
         i1 = jb->m;
-    if (jb->p->bits == 4 && i1 - i0 == 1 && jb->c) { /* one row, float out */
-        (jb->p->sb16 ? row4_f16 : row4_f32)(jb, i0, j0, j1);
+    const ember__qpack *p = jb->p;
+    if (i1 - i0 == 1 && jb->c && (p->bits == 4 || p->nch > 1)) { /* one row, K chunks */
+        const row_fn f =
+            p->bits == 4 ? (p->sb16 ? row4_f16 : row4_f32) : (p->sb16 ? row8_f16 : row8_f32);
+        f(jb, i0, j0, j1);
         return;
     }
     for (int64_t j = j0; j < j1 && j < jb->p->n; j += 32)
