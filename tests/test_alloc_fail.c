@@ -66,15 +66,19 @@ static uint64_t rng = 0x5EEDull;
 
 /* A fresh F32 tensor of random non-zero values. */
 static ember_status f32(env *e, int slot, int rank, const int64_t *shape) {
-    float v[256];
     size_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= (size_t)shape[i];
+    float *v = malloc(n * sizeof(float)); /* the test's own memory: not counted by ember */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
     tu_rand_f32(&rng, v, n, -2.0f, 2.0f);
     for (size_t i = 0; i < n; i++)
         if (v[i] == 0)
             v[i] = 0.5f;
-    return ember_tensor_from_data(e->ctx, e->dev, EMBER_F32, rank, shape, v, &e->in[slot]);
+    ember_status st =
+        ember_tensor_from_data(e->ctx, e->dev, EMBER_F32, rank, shape, v, &e->in[slot]);
+    free(v);
+    return st;
 }
 
 static ember_status quant(env *e, int slot, int rank, const int64_t *shape,
@@ -269,6 +273,16 @@ static ember_status qmm_in(env *e) {
     if (st)
         return st;
     return e->param == 2 ? f32(e, 1, 2, S88) : quant(e, 1, 2, S88, &s);
+}
+/* wide q_matmul (B of 300 columns: two packing tasks): param 0 (Q,Q) [130,8] @ [8,300] (over
+ * 128 rows: no unpacked first call, B is packed), 2 (Q,F) [2,8] @ [8,300] */
+static ember_status qmm_wide_in(env *e) {
+    ember_qscheme s = tu_qscheme_sample(0);
+    const int64_t a[2] = {e->param == 0 ? 130 : 2, 8}, b[2] = {8, 300};
+    ember_status st = quant(e, 0, 2, a, &s);
+    if (st)
+        return st;
+    return e->param == 2 ? f32(e, 1, 2, b) : quant(e, 1, 2, b, &s);
 }
 static ember_status linear_q_in(env *e) { /* x [2,8], quantized W [8,8], bias [8] */
     ember_qscheme s = tu_qscheme_sample(0);
@@ -465,6 +479,8 @@ static void walk_device(ember_device dev) {
         walk(name, ctx_prop, dev, arm, qmm_in, c_q_matmul);
     }
     walk("q_matmul (F,Q), dynamic activation quantization", ctx_dyn, dev, 1, qmm_in, c_q_matmul);
+    walk("q_matmul, wide B packed on first use", ctx, dev, 0, qmm_wide_in, c_q_matmul);
+    walk("q_matmul (Q,F) dynamic, wide B", ctx_dyn, dev, 2, qmm_wide_in, c_q_matmul);
     walk("matmul routed to q_matmul", ctx, dev, 2, qmm_in, c_matmul);
     walk("device_describe + device_supports", ctx, dev, 0, none, c_describe);
 }

@@ -686,6 +686,97 @@ static void test_q_matmul_batched(void) {
     ember_context_destroy(ctx);
 }
 
+/* quantized (s != NULL) or float tensor of the given values on ctx */
+static ember_tensor *tensor_of(ember_context *ctx, const ember_qscheme *s, int rank,
+                               const int64_t *shape, const float *x) {
+    ember_tensor *t = NULL, *q = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, rank, shape, x, &t));
+    if (!s)
+        return t;
+    TU_OK(ember_quantize(t, s, &q));
+    ember_tensor_free(t);
+    return q;
+}
+
+/* Wide Native 8-bit B over 128 rows (the first call packs B, no unpacked kernel): each result
+ * is within 1e-5 of the float64 reference, B holds its pack after the call, and the first call,
+ * the cached second call and a context with another thread count (2 and 3 threads: other task
+ * splits) give the same bits. Cases: one matrix; A batched against one B; batched A and B; blocks
+ * of 32 along K; and the dynamic quantization of a float B (W8A8, packed on every call). */
+static void test_wide_same_bits(void) {
+    typedef struct pcase {
+        const char *name;
+        int ra, rb;
+        int64_t as[3], bs[3];
+        int blocks; /* B in blocks of 32 along K */
+        int fb;     /* B float, dynamic activation quantization */
+    } pcase;
+    static const pcase cases[] = {
+        {"one matrix", 2, 2, {150, 96}, {96, 300}, 0, 0},
+        {"A batched, one B", 3, 2, {3, 140, 64}, {64, 300}, 0, 0},
+        {"A and B batched", 3, 3, {2, 140, 64}, {2, 64, 300}, 0, 0},
+        {"blocks of 32 along K", 2, 2, {40, 128}, {128, 300}, 1, 0},
+        {"float B, dynamic quantization", 2, 2, {20, 64}, {64, 300}, 0, 1},
+    };
+    ember_context *ctx[2];
+    for (int c = 0; c < 2; c++) { /* 2 and 3 threads */
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.num_threads = 2 + c;
+        o.dynamic_activation_quant = 1;
+        ctx[c] = NULL;
+        TU_OK(ember_context_create(&o, &ctx[c]));
+    }
+    const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    const ember_qscheme sk =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){32, 1});
+    for (size_t q = 0; q < sizeof cases / sizeof cases[0]; q++) {
+        const pcase *pc = &cases[q];
+        int64_t na = 1, nb = 1;
+        for (int i = 0; i < pc->ra; i++)
+            na *= pc->as[i];
+        for (int i = 0; i < pc->rb; i++)
+            nb *= pc->bs[i];
+        float *xa = malloc((size_t)na * 4), *xb = malloc((size_t)nb * 4);
+        tu_rand_f32(&rng, xa, (size_t)na, -2.0f, 2.0f);
+        tu_rand_f32(&rng, xb, (size_t)nb, -2.0f, 2.0f);
+        float *out[3] = {NULL, NULL, NULL};
+        int64_t cells = 0;
+        for (int c = 0; c < 2; c++) {
+            ember_tensor *a = tensor_of(ctx[c], &sq, pc->ra, pc->as, xa);
+            ember_tensor *b =
+                tensor_of(ctx[c], pc->fb ? NULL : (pc->blocks ? &sk : &sq), pc->rb, pc->bs, xb);
+            double *ref = reference(a, b, &cells);
+            for (int call = 0; call < (c ? 1 : 2); call++) {
+                ember_tensor *y = NULL;
+                TU_OK(ember_q_matmul(a, b, &y));
+                double err = max_rel_err(y, ref, cells);
+                /* dynamic quantization of B: 8-bit columns, ~1/254 of the range (lossy) */
+                if (!(err < (pc->fb ? 2e-2 : 1e-5)))
+                    printf("\n  %s, %d threads, call %d: rel err %g", pc->name, 2 + c, call, err);
+                CU_ASSERT(err < (pc->fb ? 2e-2 : 1e-5));
+                if (!pc->fb)
+                    CU_ASSERT(packed(b));
+                float *o = malloc((size_t)cells * 4);
+                TU_OK(ember_tensor_read(y, o, (size_t)cells * 4));
+                out[c ? 2 : call] = o;
+                ember_tensor_free(y);
+            }
+            free(ref);
+            ember_tensor_free(a);
+            ember_tensor_free(b);
+        }
+        CU_ASSERT(memcmp(out[0], out[1], (size_t)cells * 4) == 0); /* first call, cached */
+        CU_ASSERT(memcmp(out[0], out[2], (size_t)cells * 4) == 0); /* 2 threads, 3 threads */
+        for (int i = 0; i < 3; i++)
+            free(out[i]);
+        free(xa);
+        free(xb);
+    }
+    ember_context_destroy(ctx[0]);
+    ember_context_destroy(ctx[1]);
+}
+
 /* (F,Q): burn's float path by default; W8A8 with dynamic_activation_quant (lossy) */
 static void test_dynamic_activation_quant(void) {
     ember_qscheme s =
@@ -730,11 +821,22 @@ static void test_dynamic_activation_quant(void) {
  * EMBER_ERR_OUT_OF_MEMORY and no output, frees what the call took (where B got no pack), and the
  * operands still give the right answer. first_call: B is multiplied as it is stored, so it must
  * stay unpacked and unmarked (the retry is a first call again). */
-static void oom_walk(const ember_qscheme *sa, const int64_t ash[2], const ember_qscheme *sb,
-                     const int64_t bsh[2], int first_call) {
+static ember_context *cpu_threads(int threads) {
+    if (!threads)
+        return tu_cpu_context();
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.num_threads = threads;
+    ember_context *ctx = NULL;
+    TU_OK(ember_context_create(&o, &ctx));
+    return ctx;
+}
+
+static void oom_walk_t(const ember_qscheme *sa, const int64_t ash[2], const ember_qscheme *sb,
+                       const int64_t bsh[2], int first_call, int threads) {
     int done = 0;
     for (long n = 1; n < 200 && !done; n++) {
-        ember_context *ctx = tu_cpu_context();
+        ember_context *ctx = cpu_threads(threads);
         ember_tensor *a = mk_q(ctx, sa, 2, ash), *b = mk_q(ctx, sb, 2, bsh);
         int64_t cells;
         double *ref = reference(a, b, &cells);
@@ -769,12 +871,24 @@ static void oom_walk(const ember_qscheme *sa, const int64_t ash[2], const ember_
     CU_ASSERT(done);
 }
 
+static void oom_walk(const ember_qscheme *sa, const int64_t ash[2], const ember_qscheme *sb,
+                     const int64_t bsh[2], int first_call) {
+    oom_walk_t(sa, ash, sb, bsh, first_call, 0);
+}
+
 /* the packing path (4-bit blocked B) */
 static void test_q_matmul_oom(void) {
     ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     ember_qscheme sb =
         ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
     oom_walk(&sa, (int64_t[]){33, 64}, &sb, (int64_t[]){64, 40}, 0);
+}
+
+/* a first call of 150 rows packs a Native 8-bit B (2 threads, two packing tasks): a failed call
+ * leaves B without a pack */
+static void test_first_pack_oom(void) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    oom_walk_t(&s, (int64_t[]){150, 96}, &s, (int64_t[]){96, 300}, 1, 2);
 }
 
 /* first calls on B as it is stored (8 and 70 rows: the unpacked kernels' buffers) */
@@ -966,6 +1080,8 @@ int main(void) {
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
         {"q_matmul entry: batched", test_q_matmul_batched},
         {"decode first call unpacked, packed from the second", test_first_call_policy},
+        {"wide weights: first call, cached call, thread counts, same bits", test_wide_same_bits},
+        {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
         {"first calls on B as stored: allocation failures", test_direct_oom},
