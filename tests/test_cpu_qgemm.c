@@ -211,6 +211,9 @@ static void test_epilogue(void) {
     check_epilogue(s, 70, 45, 160, 32, 8, 0);   /* 8-bit, block 32: signed panel, a step a chunk */
     check_epilogue(s, 33, 70, 384, 128, 8, 1);  /* 8-bit, block 128: signed panel, two steps */
     check_epilogue(s, 300, 40, 2112, 64, 8, 0); /* blocks over K > 2048: tasks of 256 rows */
+    check_epilogue(s, 9, 70, 256, 32, 8, 0);    /* 7..16 rows, 8-bit blocks of 32: m-row tiles */
+    check_epilogue(s, 16, 45, 384, 128, 8, 1);  /* 16 rows, blocks of 128: two steps a chunk */
+    check_epilogue(s, 7, 33, 192, 64, 8, 0);    /* 7 rows, blocks of 64, a lone short panel */
     g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);
     check_epilogue(s, 45, 33, 160, 32, 4, 1);
@@ -218,6 +221,7 @@ static void test_epilogue(void) {
     check_epilogue(s, 40, 70, 768, 256, 8, 0);
     check_epilogue(s, 5, 70, 256, 32, 8, 0);
     check_epilogue(s, 70, 45, 160, 32, 8, 1);
+    check_epilogue(s, 12, 70, 192, 64, 8, 1);
     g_sa_row = 0;
     ember_context_destroy(ctx);
 }

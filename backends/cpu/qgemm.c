@@ -565,6 +565,14 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     int thin = 0;
     if (t == EMBER__QT_AMX && m <= 16) {
         thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
+        /* 8-bit blocks along K from 7 rows: m-row tiles a chunk at a time, then the scaling
+         * (ember__qblock_amx_thin_chunked); below, VNNI's passes of up to 6 rows were ahead.
+         * K = N = 4096, 2 threads, one process, medians of 200 calls, GOPS VNNI -> tiles at
+         * blocks of 32 / 64 / 128: 7 rows 514 / 543 / 573 -> 542 / 615 / 704, 8 rows 536 / 571 /
+         * 599 -> 562 / 685 / 721, 12 rows 641 / 696 / 731 -> 698 / 945 / 983, 16 rows 645 / 727
+         * / 758 -> 765 / 1035 / 1190; 4 rows 399 / - / 410 -> 340 / - / 397. */
+        if (m >= 7 && p->bits == 8 && p->nch > 1 && C)
+            thin = 2;
         if (!thin)
             t = EMBER__QT_AVX512;
     }
@@ -679,7 +687,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     }
     slot_map slots;
     slots_init(&slots);
-    run_arg r = {&job,  thin ? ember__qblock_amx_thin : block_fn(t), mb, nb, (p->np + nb - 1) / nb,
+    run_arg r = {&job,
+                 thin == 2 ? ember__qblock_amx_thin_chunked
+                           : (thin ? ember__qblock_amx_thin : block_fn(t)),
+                 mb,
+                 nb,
+                 (p->np + nb - 1) / nb,
                  &slots};
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's

@@ -182,6 +182,9 @@ void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0,
 /* AMX for 2 <= m <= 16 rows, 8-bit B, one chunk, f32 scales (qgemm_amx.c). */
 void ember__qblock_amx_thin(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             int thread);
+/* The same for 8-bit B in several K chunks (block scales along K), float out. */
+void ember__qblock_amx_thin_chunked(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0,
+                                    int64_t j1, int thread);
 
 /* The q_matmul vtable entry (cpu_qmatmul.c; contract in dispatch/backend.h). */
 ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, const ember_tensor *a,

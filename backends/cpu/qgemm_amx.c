@@ -798,3 +798,84 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     }
     _tile_release();
 }
+
+/* Decode shapes with scale blocks along K (2 <= m <= 16, 8-bit B, several K chunks, float out):
+ * the thin kernel's m-row tiles, a chunk at a time; each chunk's sums are scaled into float
+ * accumulators (as block_chunked does for 32 rows), and the rows of C are written once at the
+ * end. On VNNI (MR rows a pass) these shapes were bound by the multiplies. */
+void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0,
+                                    int64_t j1, int thread) {
+    (void)thread;
+    (void)i1;
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
+    const int ks = kc % 64 == 0 ? 64 : 32;
+    const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
+    int32_t buf[16 * 32] __attribute__((aligned(64)));
+    float facc[16 * 32] __attribute__((aligned(64)));
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows;
+    cfg.colsb[0] = cfg.colsb[1] = 64;
+    cfg.colsb[4] = (uint16_t)ks;
+    cfg.rows[6] = cfg.rows[7] = (uint8_t)(ks / 4);
+    cfg.colsb[6] = cfg.colsb[7] = 64;
+    tile_load_config(&cfg);
+    const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
+    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
+        const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
+        for (int64_t c = 0; c < nch; c++) {
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
+                _tile_loadd(4, a0 + (k / 64) * 2048 + (k % 64), 64);
+                _tile_loadd(6, b0 + k * 32, 128);
+                _tile_dpbsud(0, 4, 6);
+                _tile_loadd(7, b0 + k * 32 + 64, 128);
+                _tile_dpbsud(1, 4, 7);
+            }
+            _tile_stored(0, buf, 128);
+            _tile_stored(1, buf + 16, 128);
+            __m512 s0, s1;
+            col_scales(p, c, j, &s0, &s1);
+            for (int r = 0; r < rows; r++) {
+                const int64_t i = i0 + r;
+                const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i * nch + c]);
+                __m512 x0 =
+                    _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                __m512 x1 = _mm512_cvtepi32_ps(
+                    _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+                /* sa_row: the row's A scale once at the end */
+                const __m512 sar = _mm512_set1_ps(jb->sa_row ? 1.0f : jb->sa[i * nch + c]);
+                const __m512 t0 = _mm512_mul_ps(sar, s0), t1 = _mm512_mul_ps(sar, s1);
+                if (c) {
+                    x0 = _mm512_fmadd_ps(x0, t0, _mm512_load_ps(facc + r * 32));
+                    x1 = _mm512_fmadd_ps(x1, t1, _mm512_load_ps(facc + r * 32 + 16));
+                } else {
+                    x0 = _mm512_mul_ps(x0, t0);
+                    x1 = _mm512_mul_ps(x1, t1);
+                }
+                _mm512_store_ps(facc + r * 32, x0);
+                _mm512_store_ps(facc + r * 32 + 16, x1);
+            }
+        }
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        for (int r = 0; r < rows; r++) {
+            const int64_t i = i0 + r;
+            __m512 x0 = _mm512_load_ps(facc + r * 32), x1 = _mm512_load_ps(facc + r * 32 + 16);
+            if (jb->sa_row) {
+                const __m512 sar = _mm512_set1_ps(jb->sa[i * nch]);
+                x0 = _mm512_mul_ps(x0, sar);
+                x1 = _mm512_mul_ps(x1, sar);
+            }
+            float *o = jb->c + i * jb->ldc + j;
+            _mm512_mask_storeu_ps(o, k0m, x0);
+            _mm512_mask_storeu_ps(o + 16, k1m, x1);
+        }
+    }
+    _tile_release();
+}
