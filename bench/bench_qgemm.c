@@ -7,9 +7,11 @@
  *   ember_q8_first   a first call: B packed on every call (M <= 128: what the library runs on
  *                    such a first call instead, B multiplied as it is stored: AMX for 2..128
  *                    rows, AVX-512 VNNI for one row or without AMX)
- *   ember_q4_cached  Q8S activations x Q4S weights (block 32 along K, f16 scales), packed once
- *   ember_q8_blocked Q8S activations x Q8S weights with the Q4 row's scales (block 32 along K,
- *                    f16; A per row and block), packed once: burn's block-quantized 8-bit weights
+ *   ember_q4_cached  Q8S activations x Q4S weights (blocks of 32 along K, or --block, f16
+ *                    scales; A per row and block), packed once
+ *   ember_q8_blocked Q8S activations x Q8S weights with the Q4 row's blocks and scales, packed
+ *                    once: burn's block-quantized 8-bit weights
+ *   (a K that the block does not divide: one block, the whole K)
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
  *   blas_sgemm       OpenBLAS sgemm on the dequantized operands (core name printed)
@@ -25,7 +27,9 @@
  * kernel rows never do). Both figures are printed.
  *
  * Usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] [--shape M,N,K] [--blas-apart]
+ *                    [--block N]
  * --shape: run that one shape (any M, N, K >= 1) instead of the table.
+ * --block: the K block of the e_q4 and e_q8b rows (a multiple of 32; default 32).
  * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
  * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
  * and the decode rows are then measured against a bandwidth they do not get).
@@ -258,7 +262,7 @@ typedef struct ember_case {
     ember__qtier tier;
     int64_t m, n, k;
     const int8_t *A, *B, *B4;
-    const float *sa, *sb, *sb4, *sa4; /* sa4: A's scale per row and K block of 32 ([m][k/32]) */
+    const float *sa, *sb, *sb4, *sa4; /* sa4: A's scale per row and K block ([m][K blocks]) */
     float *C;
     ember__qpack p8, p4, p8b;
 } ember_case;
@@ -311,6 +315,7 @@ int main(int argc, char **argv) {
      * kept spinning into the next row; and it set SkylakeX on any CPU, AVX-512 or not.) */
     ember_tool_bench_env(argv, openblas_get_corename());
     int json = 0, quick = 0, only_threads = 0, reps_arg = 0, blas_apart = 0;
+    int64_t blk = 32;
     int64_t only_m = 0, only_n = 0, only_k = 0;
     for (int i = 1; i < argc; i++) {
         const int more = i + 1 < argc;
@@ -340,9 +345,19 @@ int main(int argc, char **argv) {
                 return 2;
             }
             only_m = a, only_n = b, only_k = c;
+        } else if (!strcmp(argv[i], "--block") && more) {
+            char *end = NULL;
+            blk = strtoll(argv[++i], &end, 10);
+            if (!end || *end || blk < 32 || blk % 32 || blk > (1 << 16)) {
+                fprintf(stderr,
+                        "bench_qgemm: --block wants a multiple of 32 up to 65536, not "
+                        "'%s'\n",
+                        argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] "
-                            "[--shape M,N,K] [--blas-apart]\n");
+                            "[--shape M,N,K] [--blas-apart] [--block N]\n");
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
     }
@@ -382,13 +397,13 @@ int main(int argc, char **argv) {
     }
     if (json)
         printf("{\"cpu\": \"%s\", \"tier\": \"%s\", \"blas_core\": \"%s\", \"dnnl\": %d, "
-               "\"results\": [\n",
-               host, ember__qtier_name(best), openblas_get_corename(), have_dnnl);
+               "\"block\": %lld, \"results\": [\n",
+               host, ember__qtier_name(best), openblas_get_corename(), have_dnnl, (long long)blk);
     else
-        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s; "
-               "OPENBLAS_THREAD_TIMEOUT=%s GOMP_SPINCOUNT=%s\n",
+        printf("# bench_qgemm: %s; ember tier %s; OpenBLAS core %s; oneDNN %s; e_q4 / e_q8b K "
+               "blocks of %lld; OPENBLAS_THREAD_TIMEOUT=%s GOMP_SPINCOUNT=%s\n",
                host, ember__qtier_name(best), openblas_get_corename(),
-               have_dnnl ? "2.x linked" : "absent (rows skipped)",
+               have_dnnl ? "2.x linked" : "absent (rows skipped)", (long long)blk,
                getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "-",
                getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "-");
     size_t bwbytes = (size_t)16 << 20;
@@ -450,8 +465,10 @@ int main(int argc, char **argv) {
                    *B = ember__aligned_alloc((size_t)(k * n));
             int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
             float *sa = malloc((size_t)m * 4), *sb = malloc((size_t)n * 4);
-            float *sa4 = malloc((size_t)(m * (k / 32)) * 4);
-            float *sb4 = malloc((size_t)(n * (k / 32)) * 4);
+            /* the blocked rows' K blocks: blk where it divides K, else the whole K */
+            const int64_t kcb = k % blk == 0 && k > blk ? blk : 0, nb4 = kcb ? k / kcb : 1;
+            float *sa4 = malloc((size_t)(m * nb4) * 4);
+            float *sb4 = malloc((size_t)(n * nb4) * 4);
             float *C = ember__aligned_alloc((size_t)(m * n) * 4);
             int32_t *C32 = ember__aligned_alloc((size_t)(m * n) * 4);
             float *Af = ember__aligned_alloc((size_t)(m * k) * 4),
@@ -470,11 +487,11 @@ int main(int argc, char **argv) {
             }
             for (int64_t i = 0; i < m; i++)
                 sa[i] = 0.01f;
-            for (int64_t i = 0; i < m * (k / 32); i++)
+            for (int64_t i = 0; i < m * nb4; i++)
                 sa4[i] = 0.01f;
             for (int64_t j = 0; j < n; j++)
                 sb[j] = 0.02f;
-            for (int64_t j = 0; j < n * (k / 32); j++)
+            for (int64_t j = 0; j < n * nb4; j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
             ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}, {0}};
             bw_arg bwa;
@@ -486,8 +503,8 @@ int main(int argc, char **argv) {
             bwa.buf = bwrow;
             s8_src s4 = {B4, n};
             ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
-            ember__qpack_b_mt(s, &e.p4, k, n, 32, 4, s8_row, &s4, sb4);
-            ember__qpack_b_plain(s, &e.p8b, k, n, n, 32, B, sb4);
+            ember__qpack_b_mt(s, &e.p4, k, n, kcb, 4, s8_row, &s4, sb4);
+            ember__qpack_b_plain(s, &e.p8b, k, n, n, kcb, B, sb4);
 #ifdef EMBER_BENCH_HAVE_DNNL
             dnnl_case dr, dp;
             dnnl_setup(&dr, m, n, k, A, B, C32, 1);

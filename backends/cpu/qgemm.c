@@ -560,18 +560,19 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     if (t != EMBER__QT_SCALAR && !ember__qtier_available(t))
         t = ember__qtier_select(NULL);
     /* Decode shapes are bound by reading B. One row: AVX-512 VNNI streams it at the bandwidth
-     * limit. 2..16 rows of 8-bit B: AMX with m-row tiles (VNNI would be bound by its multiplies);
-     * 4-bit B is unpacked in VNNI registers instead. */
+     * limit. 2..16 rows of 8-bit B in one chunk: AMX with m-row tiles (VNNI would be bound by its
+     * multiplies); other 4-bit B is unpacked in VNNI registers. */
     int thin = 0;
     if (t == EMBER__QT_AMX && m <= 16) {
         thin = m >= 2 && p->bits == 8 && p->nch == 1 && !p->sb16;
-        /* 8-bit blocks along K from 7 rows: m-row tiles a chunk at a time, then the scaling
-         * (ember__qblock_amx_thin_chunked); below, VNNI's passes of up to 6 rows were ahead.
-         * K = N = 4096, 2 threads, one process, medians of 200 calls, GOPS VNNI -> tiles at
-         * blocks of 32 / 64 / 128: 7 rows 514 / 543 / 573 -> 542 / 615 / 704, 8 rows 536 / 571 /
-         * 599 -> 562 / 685 / 721, 12 rows 641 / 696 / 731 -> 698 / 945 / 983, 16 rows 645 / 727
-         * / 758 -> 765 / 1035 / 1190; 4 rows 399 / - / 410 -> 340 / - / 397. */
-        if (m >= 7 && p->bits == 8 && p->nch > 1 && C)
+        /* Blocks along K: m-row tiles, a chunk at a time, then the scaling
+         * (ember__qblock_amx_thin_chunked), for 8-bit B from 2 rows and for 4-bit B at blocks of
+         * 64 and more from 8 rows; elsewhere VNNI was level or ahead. bench_qgemm --shape
+         * M,4096,4096 --block B, 2 threads, VNNI -> tiles, GOPS, e_q8b: 2 rows 97 -> 104 (B = 32),
+         * 3 rows 148 -> 194 (64), 8 rows 256 -> 403 (32), 297 -> 413 (128), 16 rows 413 -> 582
+         * (64); e_q4: 8 rows 491 -> 562 (64), 544 -> 618 (128), 16 rows 605 -> 948 (64); 4 rows
+         * 442 -> 376 (64), 8 rows 488 -> 421 (32). */
+        if (m >= 2 && p->nch > 1 && C && (p->bits == 8 || (m >= 8 && p->kc % 64 == 0)))
             thin = 2;
         if (!thin)
             t = EMBER__QT_AVX512;

@@ -182,7 +182,7 @@ void ember__qblock_amx(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0,
 /* AMX for 2 <= m <= 16 rows, 8-bit B, one chunk, f32 scales (qgemm_amx.c). */
 void ember__qblock_amx_thin(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             int thread);
-/* The same for 8-bit B in several K chunks (block scales along K), float out. */
+/* The same for B (8- or 4-bit) in several K chunks (block scales along K), float out. */
 void ember__qblock_amx_thin_chunked(const ember__qjob *j, int64_t i0, int64_t i1, int64_t j0,
                                     int64_t j1, int thread);
 

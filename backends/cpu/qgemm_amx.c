@@ -799,10 +799,15 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     _tile_release();
 }
 
-/* Decode shapes with scale blocks along K (2 <= m <= 16, 8-bit B, several K chunks, float out):
- * the thin kernel's m-row tiles, a chunk at a time; each chunk's sums are scaled into float
- * accumulators (as block_chunked does for 32 rows), and the rows of C are written once at the
- * end. On VNNI (MR rows a pass) these shapes were bound by the multiplies. */
+/* Decode shapes with scale blocks along K (2 <= m <= 16, several K chunks, float out): the thin
+ * kernel's m-row tiles, a chunk at a time; each chunk's sums are scaled into float accumulators
+ * (as block_chunked does for 32 rows), and the rows of C are written once at the end. 8-bit B
+ * is multiplied as packed (TDPBSUD, the bias taken off in the scaling); 4-bit B is unpacked a K
+ * step at a time into a small signed staging buffer (TDPBSSD). On VNNI (MR rows a pass) these
+ * shapes were bound by the multiplies. */
+#define THIN_PF                                                                                    \
+    8192 /* B's bytes this far ahead are fetched into L2 (without it, in bench_qgemm,              \
+              e_q8b at 16 x 4096^2 read 395 against 506-534 GOPS with, blocks of 32) */
 void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0,
                                     int64_t j1, int thread) {
     (void)thread;
@@ -811,8 +816,12 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int ks = kc % 64 == 0 ? 64 : 32;
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
+    const int four = p->bits == 4; /* each K step unpacked, signed, into stage: TDPBSSD */
+    const int64_t bbytes = (p->np / 32) * kp * (four ? 16 : 32); /* all of B's values */
+    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
     int32_t buf[16 * 32] __attribute__((aligned(64)));
     float facc[16 * 32] __attribute__((aligned(64)));
+    uint8_t stage[2][2048] __attribute__((aligned(64)));
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -824,16 +833,41 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
     tile_load_config(&cfg);
     const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
+        const uint8_t *b0 = p->b + (j / 32) * (kp / (four ? 8 : 4)) * 128;
         for (int64_t c = 0; c < nch; c++) {
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
                 _tile_loadd(4, a0 + (k / 64) * 2048 + (k % 64), 64);
-                _tile_loadd(6, b0 + k * 32, 128);
-                _tile_dpbsud(0, 4, 6);
-                _tile_loadd(7, b0 + k * 32 + 64, 128);
-                _tile_dpbsud(1, 4, 7);
+                if (four) {
+                    uint8_t *d = stage[(k / ks) & 1];
+                    const uint8_t *src = b0 + (k / 8) * 128;
+                    if (src - p->b + THIN_PF + ks * 16 <= bbytes)
+                        for (int q = 0; q < ks * 16; q += 64)
+                            _mm_prefetch((const char *)(src + THIN_PF + q), _MM_HINT_T1);
+                    for (int r = 0; r < ks / 8; r++)
+                        for (int h = 0; h < 2; h++) {
+                            const __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
+                            _mm512_store_si512(d + 2 * r * 128 + h * 64,
+                                               _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
+                            _mm512_store_si512(
+                                d + (2 * r + 1) * 128 + h * 64,
+                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                                eight));
+                        }
+                    _tile_loadd(6, d, 128);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_loadd(7, d + 64, 128);
+                    _tile_dpbssd(1, 4, 7);
+                } else {
+                    if (b0 + k * 32 - p->b + THIN_PF + ks * 32 <= bbytes)
+                        for (int q = 0; q < ks * 32; q += 64)
+                            _mm_prefetch((const char *)(b0 + k * 32 + THIN_PF + q), _MM_HINT_T1);
+                    _tile_loadd(6, b0 + k * 32, 128);
+                    _tile_dpbsud(0, 4, 6);
+                    _tile_loadd(7, b0 + k * 32 + 64, 128);
+                    _tile_dpbsud(1, 4, 7);
+                }
             }
             _tile_stored(0, buf, 128);
             _tile_stored(1, buf + 16, 128);
@@ -841,7 +875,7 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
             col_scales(p, c, j, &s0, &s1);
             for (int r = 0; r < rows; r++) {
                 const int64_t i = i0 + r;
-                const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i * nch + c]);
+                const __m512i corr = _mm512_set1_epi32(four ? 0 : p->bias * jb->rs[i * nch + c]);
                 __m512 x0 =
                     _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
                 __m512 x1 = _mm512_cvtepi32_ps(
