@@ -62,6 +62,17 @@ static void tile_config(int ks) {
         DP(3, 5, 7);                                                                               \
     } while (0)
 
+/* One K step of a 1 x 2 block (the thin kernels): A tile tmm4 at A0, B tiles tmm6 and tmm7 at B0
+ * and B0 + 64 (row stride 128), products into tmm0 and tmm1 with DP. */
+#define AMX_STEP12(DP, A0, LDA, B0)                                                                \
+    do {                                                                                           \
+        _tile_loadd(4, (A0), (LDA));                                                               \
+        _tile_loadd(6, (B0), 128);                                                                 \
+        DP(0, 4, 6);                                                                               \
+        _tile_loadd(7, (B0) + 64, 128);                                                            \
+        DP(1, 4, 7);                                                                               \
+    } while (0)
+
 /* the four accumulator tiles cleared */
 #define AMX_ZERO4()                                                                                \
     do {                                                                                           \
@@ -85,13 +96,12 @@ static void unpack_panel(const ember__qpack *p, int64_t j, uint8_t *dst) {
         }
 }
 
-/* 4-bit 32-column panel -> the 8-bit layout [kp/4][2][64], signed (the bias of 8 removed), for
- * TDPBSSD: no row-sum correction afterwards */
-static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) {
-    const int64_t kp = p->kp;
+/* nrows 4-bit rows of a 32-column panel (8 k each) -> 2 * nrows rows of the 8-bit layout
+ * [.][2][64], signed (the bias of 8 removed), for TDPBSSD: no row-sum correction afterwards */
+static inline __attribute__((always_inline)) void unpack_rows_signed(const uint8_t *src,
+                                                                     int64_t nrows, uint8_t *dst) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
-    const uint8_t *src = p->b + (j / 32) * (kp / 8) * 128;
-    for (int64_t r = 0; r < kp / 8; r++)
+    for (int64_t r = 0; r < nrows; r++)
         for (int h = 0; h < 2; h++) {
             __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
             _mm512_store_si512(dst + 2 * r * 128 + h * 64,
@@ -100,6 +110,11 @@ static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) 
                 dst + (2 * r + 1) * 128 + h * 64,
                 _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), eight));
         }
+}
+
+/* a whole 4-bit 32-column panel -> the 8-bit layout [kp/4][2][64], signed */
+static void unpack_panel_signed(const ember__qpack *p, int64_t j, uint8_t *dst) {
+    unpack_rows_signed(p->b + (j / 32) * (p->kp / 8) * 128, p->kp / 8, dst);
 }
 
 /* 8-bit 32-column panel -> the same layout, signed (the bias of 128 removed), for TDPBSSD */
@@ -466,17 +481,23 @@ static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m51
     }
 }
 
-/* Scale one chunk's 32 x 32 int32 sums into the float block: first chunk (mode 0) stores
- * x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes rows of C. */
+/* Scale one chunk's int32 sums (rows x 32, row stride 32) into the float block: first chunk
+ * (mode 0) stores x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes
+ * rows of C. sgn 0: the sums are of biased unsigned B, the bias term comes off first. */
 static inline __attribute__((always_inline)) void
 epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int64_t j, int64_t c,
-          int64_t rows, int mode, __mmask16 k0m, __mmask16 k1m) {
+          int64_t rows, int mode, int sgn, __mmask16 k0m, __mmask16 k1m) {
     const ember__qpack *p = jb->p;
     const int64_t nch = p->nch;
     __m512 s0, s1;
     col_scales(p, c, j, &s0, &s1);
     for (int64_t r = 0; r < rows; r++) {
         __m512i y0 = _mm512_load_si512(buf + r * 32), y1 = _mm512_load_si512(buf + r * 32 + 16);
+        if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
+            const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
+            y0 = _mm512_sub_epi32(y0, corr);
+            y1 = _mm512_sub_epi32(y1, corr);
+        }
         const __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
         __m512 x0 = _mm512_cvtepi32_ps(y0), x1 = _mm512_cvtepi32_ps(y1);
         if (jb->sa_row) { /* sum x * sb over the chunks, times the row's A scale at the end */
@@ -558,14 +579,14 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     _tile_dpbssd(2, 5, 6);
                     _tile_dpbssd(3, 5, 7);
                     if (c > 0)
-                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, k0m,
+                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
                                   k1m);
                     _tile_stored(0, buf[c & 1], 128);
                     _tile_stored(1, buf[c & 1] + 16, 128);
                 }
                 _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
                 _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
-                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, k0m, k1m);
+                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
                 continue;
             }
             for (int64_t c = 0; c < nch; c++) {
@@ -575,14 +596,15 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
                 }
                 if (c > 0)
-                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, k0m, k1m);
+                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
+                              k1m);
                 int32_t *dst = buf[c & 1];
                 _tile_stored(0, dst, 128);
                 _tile_stored(1, dst + 16, 128);
                 _tile_stored(2, dst + 16 * 32, 128);
                 _tile_stored(3, dst + 16 * 32 + 16, 128);
             }
-            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, k0m, k1m);
+            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
         }
     }
 }
@@ -739,6 +761,20 @@ double ember__qpeak_amx(int64_t iters) {
     return (double)iters * 4.0 * 16 * 16 * 64 * 2;
 }
 
+/* The thin kernels' tiles: tmm0-1 sums of `rows` rows, tmm4 A (rows x ks bytes), tmm6-7 B (ks / 4
+ * rows of 64 bytes). */
+static void thin_config(int rows, int ks) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows;
+    cfg.colsb[0] = cfg.colsb[1] = 64;
+    cfg.colsb[4] = (uint16_t)ks;
+    cfg.rows[6] = cfg.rows[7] = (uint8_t)(ks / 4);
+    cfg.colsb[6] = cfg.colsb[7] = 64;
+    tile_load_config(&cfg);
+}
+
 /* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
  * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
  * VNNI kernel is bound by its multiplies. */
@@ -750,26 +786,14 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     const int64_t kp = p->kp;
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
     int32_t buf[16 * 32] __attribute__((aligned(64)));
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows;
-    cfg.colsb[0] = cfg.colsb[1] = cfg.colsb[4] = 64;
-    cfg.rows[6] = cfg.rows[7] = 16;
-    cfg.colsb[6] = cfg.colsb[7] = 64;
-    tile_load_config(&cfg);
+    thin_config(rows, 64);
     const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
         _tile_zero(0);
         _tile_zero(1);
-        for (int64_t k = 0; k < kp; k += 64) {
-            _tile_loadd(4, a0 + k * 32, 64);
-            _tile_loadd(6, b0 + k * 32, 128);
-            _tile_dpbsud(0, 4, 6);
-            _tile_loadd(7, b0 + k * 32 + 64, 128);
-            _tile_dpbsud(1, 4, 7);
-        }
+        for (int64_t k = 0; k < kp; k += 64)
+            AMX_STEP12(_tile_dpbsud, a0 + k * 32, 64, b0 + k * 32);
         _tile_stored(0, buf, 128);
         _tile_stored(1, buf + 16, 128);
         const int64_t nv = p->n - j;
@@ -805,9 +829,9 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * is multiplied as packed (TDPBSUD, the bias taken off in the scaling); 4-bit B is unpacked a K
  * step at a time into a small signed staging buffer (TDPBSSD). On VNNI (MR rows a pass) these
  * shapes were bound by the multiplies. */
-#define THIN_PF                                                                                    \
-    8192 /* B's bytes this far ahead are fetched into L2 (without it, in bench_qgemm,              \
-              e_q8b at 16 x 4096^2 read 395 against 506-534 GOPS with, blocks of 32) */
+/* B's bytes this far ahead are fetched into L2 (without it, in bench_qgemm, e_q8b at 16 x 4096^2
+ * read 395 against 506-534 GOPS with, blocks of 32) */
+#define THIN_PF 8192
 void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0,
                                     int64_t j1, int thread) {
     (void)thread;
@@ -818,97 +842,41 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
     const int four = p->bits == 4; /* each K step unpacked, signed, into stage: TDPBSSD */
     const int64_t bbytes = (p->np / 32) * kp * (four ? 16 : 32); /* all of B's values */
-    const __m512i m4 = _mm512_set1_epi8(0x0f), eight = _mm512_set1_epi8(8);
     int32_t buf[16 * 32] __attribute__((aligned(64)));
     float facc[16 * 32] __attribute__((aligned(64)));
     uint8_t stage[2][2048] __attribute__((aligned(64)));
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    cfg.rows[0] = cfg.rows[1] = cfg.rows[4] = (uint8_t)rows;
-    cfg.colsb[0] = cfg.colsb[1] = 64;
-    cfg.colsb[4] = (uint16_t)ks;
-    cfg.rows[6] = cfg.rows[7] = (uint8_t)(ks / 4);
-    cfg.colsb[6] = cfg.colsb[7] = 64;
-    tile_load_config(&cfg);
+    thin_config(rows, ks);
     const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0 = p->b + (j / 32) * (kp / (four ? 8 : 4)) * 128;
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
         for (int64_t c = 0; c < nch; c++) {
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
-                _tile_loadd(4, a0 + (k / 64) * 2048 + (k % 64), 64);
+                const int8_t *ak = a0 + (k / 64) * 2048 + (k % 64);
                 if (four) {
                     uint8_t *d = stage[(k / ks) & 1];
                     const uint8_t *src = b0 + (k / 8) * 128;
                     if (src - p->b + THIN_PF + ks * 16 <= bbytes)
                         for (int q = 0; q < ks * 16; q += 64)
                             _mm_prefetch((const char *)(src + THIN_PF + q), _MM_HINT_T1);
-                    for (int r = 0; r < ks / 8; r++)
-                        for (int h = 0; h < 2; h++) {
-                            const __m512i v = _mm512_load_si512(src + r * 128 + h * 64);
-                            _mm512_store_si512(d + 2 * r * 128 + h * 64,
-                                               _mm512_sub_epi8(_mm512_and_si512(v, m4), eight));
-                            _mm512_store_si512(
-                                d + (2 * r + 1) * 128 + h * 64,
-                                _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                                eight));
-                        }
-                    _tile_loadd(6, d, 128);
-                    _tile_dpbssd(0, 4, 6);
-                    _tile_loadd(7, d + 64, 128);
-                    _tile_dpbssd(1, 4, 7);
+                    unpack_rows_signed(src, ks / 8, d);
+                    AMX_STEP12(_tile_dpbssd, ak, 64, d);
                 } else {
                     if (b0 + k * 32 - p->b + THIN_PF + ks * 32 <= bbytes)
                         for (int q = 0; q < ks * 32; q += 64)
                             _mm_prefetch((const char *)(b0 + k * 32 + THIN_PF + q), _MM_HINT_T1);
-                    _tile_loadd(6, b0 + k * 32, 128);
-                    _tile_dpbsud(0, 4, 6);
-                    _tile_loadd(7, b0 + k * 32 + 64, 128);
-                    _tile_dpbsud(1, 4, 7);
+                    AMX_STEP12(_tile_dpbsud, ak, 64, b0 + k * 32);
                 }
             }
             _tile_stored(0, buf, 128);
             _tile_stored(1, buf + 16, 128);
-            __m512 s0, s1;
-            col_scales(p, c, j, &s0, &s1);
-            for (int r = 0; r < rows; r++) {
-                const int64_t i = i0 + r;
-                const __m512i corr = _mm512_set1_epi32(four ? 0 : p->bias * jb->rs[i * nch + c]);
-                __m512 x0 =
-                    _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-                __m512 x1 = _mm512_cvtepi32_ps(
-                    _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
-                /* sa_row: the row's A scale once at the end */
-                const __m512 sar = _mm512_set1_ps(jb->sa_row ? 1.0f : jb->sa[i * nch + c]);
-                const __m512 t0 = _mm512_mul_ps(sar, s0), t1 = _mm512_mul_ps(sar, s1);
-                if (c) {
-                    x0 = _mm512_fmadd_ps(x0, t0, _mm512_load_ps(facc + r * 32));
-                    x1 = _mm512_fmadd_ps(x1, t1, _mm512_load_ps(facc + r * 32 + 16));
-                } else {
-                    x0 = _mm512_mul_ps(x0, t0);
-                    x1 = _mm512_mul_ps(x1, t1);
-                }
-                _mm512_store_ps(facc + r * 32, x0);
-                _mm512_store_ps(facc + r * 32 + 16, x1);
-            }
-        }
-        const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
-        for (int r = 0; r < rows; r++) {
-            const int64_t i = i0 + r;
-            __m512 x0 = _mm512_load_ps(facc + r * 32), x1 = _mm512_load_ps(facc + r * 32 + 16);
-            if (jb->sa_row) {
-                const __m512 sar = _mm512_set1_ps(jb->sa[i * nch]);
-                x0 = _mm512_mul_ps(x0, sar);
-                x1 = _mm512_mul_ps(x1, sar);
-            }
-            float *o = jb->c + i * jb->ldc + j;
-            _mm512_mask_storeu_ps(o, k0m, x0);
-            _mm512_mask_storeu_ps(o + 16, k1m, x1);
+            epi_chunk(jb, buf, facc, i0, j, c, rows, c == 0 ? 0 : (c == nch - 1 ? 2 : 1), four, k0m,
+                      k1m);
         }
     }
     _tile_release();
