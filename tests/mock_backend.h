@@ -140,26 +140,6 @@ static inline void snap_check(const ember_tensor *t, snap *s) {
     s->bytes = NULL;
 }
 
-/* A non-NULL pointer that is no tensor: an output slot must be NULL after a failure. */
-#define OUT_SENTINEL ((ember_tensor *)(uintptr_t)0x5e471e0)
-
-/* The call fails with code and text, allocating nothing net. */
-#define EXPECT_REFUSED(call, code, text)                                                           \
-    do {                                                                                           \
-        long live0_ = ember__alloc_live();                                                         \
-        TU_ASSERT_STATUS((call), (code), (text));                                                  \
-        CU_ASSERT_EQUAL(ember__alloc_live(), live0_);                                              \
-    } while (0)
-
-/* The same for a call that writes a tensor through &out: out is set to OUT_SENTINEL first and
- * must be NULL after the failure. */
-#define EXPECT_REFUSED_OUT(out, call, code, text)                                                  \
-    do {                                                                                           \
-        (out) = OUT_SENTINEL;                                                                      \
-        EXPECT_REFUSED(call, code, text);                                                          \
-        CU_ASSERT_PTR_NULL(out);                                                                   \
-    } while (0)
-
 static inline ember_tensor *mk_f32(ember_context *ctx, ember_device dev, int rank,
                                    const int64_t *shape, uint64_t *rng) {
     size_t n = 1;

@@ -8,6 +8,8 @@
 
 #include <ember/ember.h>
 
+#include "dispatch/alloc.h" /* ember__alloc_live: the refusal checks below */
+
 /* Run the suites in `suites` (a CU_SuiteInfo table, CU_SUITE_INFO_NULL-terminated) and return the
  * process exit code: non-zero when any test failed or CUnit itself failed. */
 int tu_run(const char *name, CU_SuiteInfo *suites);
@@ -39,6 +41,26 @@ void tu_check_status(const char *file, int line, ember_status got, ember_status 
 #endif
 
 #define TU_OK(expr) TU_ASSERT_STATUS(expr, EMBER_OK, (const char *)NULL)
+
+/* A non-NULL pointer that is no tensor: an output slot must be NULL after a failure. */
+#define OUT_SENTINEL ((ember_tensor *)(uintptr_t)0x5e471e0)
+
+/* The call fails with code and text, allocating nothing net. */
+#define EXPECT_REFUSED(call, code, text)                                                           \
+    do {                                                                                           \
+        long live0_ = ember__alloc_live();                                                         \
+        TU_ASSERT_STATUS((call), (code), (text));                                                  \
+        CU_ASSERT_EQUAL(ember__alloc_live(), live0_);                                              \
+    } while (0)
+
+/* The same for a call that writes a tensor through &out: out is set to OUT_SENTINEL first and
+ * must be NULL after the failure. */
+#define EXPECT_REFUSED_OUT(out, call, code, text)                                                  \
+    do {                                                                                           \
+        (out) = OUT_SENTINEL;                                                                      \
+        EXPECT_REFUSED(call, code, text);                                                          \
+        CU_ASSERT_PTR_NULL(out);                                                                   \
+    } while (0)
 
 /* A CPU-only context with defaults (the OpenCL backend off); CU_FAIL on error. */
 ember_context *tu_cpu_context(void);
