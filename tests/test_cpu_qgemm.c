@@ -216,8 +216,11 @@ static void test_epilogue(void) {
     check_epilogue(s, 7, 33, 192, 64, 8, 0);    /* 7 rows, blocks of 64, a lone short panel */
     check_epilogue(s, 12, 70, 256, 64, 4, 1);   /* 12 rows, 4-bit blocks of 64: staged steps */
     check_epilogue(s, 8, 70, 192, 64, 4, 0);    /* 8 rows, 4-bit blocks of 64: tiles */
-    check_epilogue(s, 2, 45, 128, 32, 8, 1);    /* 2 rows, 8-bit blocks of 32: tiles */
-    check_epilogue(s, 16, 45, 384, 128, 4, 0);  /* 16 rows, 4-bit blocks of 128, f32 scales */
+    check_epilogue(s, 20, 70, 256, 32, 8,
+                   0); /* one row block, 8-bit: unsigned panel, blocks of 32 */
+    check_epilogue(s, 30, 45, 384, 128, 8, 1); /* one row block, 8-bit, blocks of 128 */
+    check_epilogue(s, 2, 45, 128, 32, 8, 1);   /* 2 rows, 8-bit blocks of 32: tiles */
+    check_epilogue(s, 16, 45, 384, 128, 4, 0); /* 16 rows, 4-bit blocks of 128, f32 scales */
     g_sa_row = 1; /* A scales per row only (Q8S activations): applied once per row */
     check_epilogue(s, 70, 50, 96, 32, 4, 0);
     check_epilogue(s, 45, 33, 160, 32, 4, 1);
@@ -227,6 +230,7 @@ static void test_epilogue(void) {
     check_epilogue(s, 70, 45, 160, 32, 8, 1);
     check_epilogue(s, 12, 70, 192, 64, 8, 1);
     check_epilogue(s, 14, 70, 256, 128, 4, 1);
+    check_epilogue(s, 25, 70, 192, 64, 8, 1);
     g_sa_row = 0;
     ember_context_destroy(ctx);
 }
