@@ -906,5 +906,7 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
                       k1m);
         }
     }
+    if (jb->nt_store)
+        _mm_sfence(); /* epi_chunk streams rows of a large C: visible before the pool's join */
     _tile_release();
 }
