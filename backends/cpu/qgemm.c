@@ -578,9 +578,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
             t = EMBER__QT_AVX512;
     }
     /* Short scale blocks along K need a scaled epilogue every block: on AMX the tiles multiply
-     * signed panels and the scaling of one block overlaps the products of the next (qgemm_amx.c,
-     * block_chunked). 4-bit B: 434-447 GOPS against 294-302 on VNNI at M = 512, K = N = 4096,
-     * blocks of 32. */
+     * signed panels and the scaling of one block is issued beside the products of the next
+     * (qgemm_amx.c, block_chunked; on this machine the two do not run side by side, so the
+     * product takes their sum: bench/results/cpu.md). 4-bit B: 434-447 GOPS against 294-302 on
+     * VNNI at M = 512, K = N = 4096, blocks of 32. */
     const int nt = s ? s->num_threads : 1;
     /* AMX works on 32-row blocks; the vector tiers pad rows to 32 as well (cheap). */
     const int64_t mp = round_up(m, 32);
