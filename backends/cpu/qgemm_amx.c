@@ -528,112 +528,85 @@ epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int
     }
 }
 
-/* DP on signed (TDPBSSD) or biased unsigned (TDPBSUD) B */
-#define AMX_DP(SGN, C, A, B)                                                                       \
-    do {                                                                                           \
-        if (SGN)                                                                                   \
-            _tile_dpbssd(C, A, B);                                                                 \
-        else                                                                                       \
-            _tile_dpbsud(C, A, B);                                                                 \
-    } while (0)
-#define AMX_DPS(C, A, B) AMX_DP(1, C, A, B)
-#define AMX_DPU(C, A, B) AMX_DP(0, C, A, B)
-
-/* block_chunked's row blocks [i0, i1) against one 32-column panel b0 (sgn: signed values) */
-static inline __attribute__((always_inline)) void chunked_rows(const ember__qjob *jb, int64_t i0,
-                                                               int64_t i1, int64_t j,
-                                                               const uint8_t *b0, int ks,
-                                                               const int sgn) {
-    const ember__qpack *p = jb->p;
-    const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
-    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
-    float facc[32 * 32] __attribute__((aligned(64)));
-    const uint8_t *b1 = b0 + 64;
-    const int64_t nv = p->n - j;
-    const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-    const __mmask16 k1m = (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
-    for (int64_t i = i0; i < i1; i += 32) {
-        const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
-        const int8_t *a1 = a0 + 1024;
-        const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
-        if (kc == ks) {
-            /* one tile step per chunk: the two 16-row halves staggered, so that the tile unit
-             * multiplies one half while the other half's sums are stored */
-            for (int64_t c = 0; c < nch; c++) {
-                const int64_t k = c * kc, ao = (k / 64) * 2048 + (k % 64);
-                _tile_zero(0);
-                _tile_zero(1);
-                _tile_loadd(4, a0 + ao, 64);
-                _tile_loadd(6, b0 + k * 32, 128);
-                _tile_loadd(7, b1 + k * 32, 128);
-                AMX_DP(sgn, 0, 4, 6);
-                AMX_DP(sgn, 1, 4, 7);
-                if (c > 0) {
-                    _tile_stored(2, buf[(c - 1) & 1] + 16 * 32, 128);
-                    _tile_stored(3, buf[(c - 1) & 1] + 16 * 32 + 16, 128);
-                }
-                _tile_zero(2);
-                _tile_zero(3);
-                _tile_loadd(5, a1 + ao, 64);
-                AMX_DP(sgn, 2, 5, 6);
-                AMX_DP(sgn, 3, 5, 7);
-                if (c > 0)
-                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn, k0m,
-                              k1m);
-                _tile_stored(0, buf[c & 1], 128);
-                _tile_stored(1, buf[c & 1] + 16, 128);
-            }
-            _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
-            _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
-            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, sgn, k0m, k1m);
-            continue;
-        }
-        for (int64_t c = 0; c < nch; c++) {
-            AMX_ZERO4();
-            for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
-                const int64_t ao = (k / 64) * 2048 + (k % 64);
-                if (sgn)
-                    AMX_STEP22(AMX_DPS, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
-                else
-                    AMX_STEP22(AMX_DPU, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
-            }
-            if (c > 0)
-                epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, sgn, k0m, k1m);
-            int32_t *dst = buf[c & 1];
-            _tile_stored(0, dst, 128);
-            _tile_stored(1, dst + 16, 128);
-            _tile_stored(2, dst + 16 * 32, 128);
-            _tile_stored(3, dst + 16 * 32 + 16, 128);
-        }
-        epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, sgn, k0m, k1m);
-    }
-}
-
 /* Several K chunks (scale blocks along K, kc % 32 == 0), float output: per 32 x 32 block the
  * chunks are multiplied in turn, and the scaling of chunk c - 1 (vector work) is issued while the
  * tile unit multiplies chunk c (two int32 buffers). (Measured in a standalone loop, the two did
  * not overlap on this machine: tile work 83-91 cycles a chunk, scaling 116-127, together 193-211,
  * whatever the order; bench/results/cpu.md.) Panels are made signed once per task panel
- * and serve every row block of the task (4-bit: unpacked; 8-bit, where the task has more than
- * one row block: the bias flipped off): TDPBSSD, and no row-sum correction in the scaling. An
- * 8-bit panel for one row block is multiplied as packed (TDPBSUD, the bias term taken off in the
- * scaling): its copy would serve 32 rows only. Same sums as the other paths: exact int32 per
+ * (4-bit: unpacked; 8-bit: the bias flipped off) and serve every row block of the task: TDPBSSD,
+ * and no row-sum correction in the epilogue. Same sums as the other paths: exact int32 per
  * chunk, then mul (x * (sa * sb)) and add in chunk order. */
 static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int ks, uint8_t *unp) {
     const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
+    int32_t buf[2][32 * 32] __attribute__((aligned(64)));
+    float facc[32 * 32] __attribute__((aligned(64)));
     if (i1 > jb->m)
         i1 = jb->m;
-    const int sgn = p->bits == 4 || i1 - i0 > 32;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        if (p->bits == 4) {
-            unpack_panel_signed(p, j, unp);
-            chunked_rows(jb, i0, i1, j, unp, ks, 1);
-        } else if (sgn) {
+        const uint8_t *b0 = unp;
+        if (p->bits == 8)
             signed_panel8(p, j, unp);
-            chunked_rows(jb, i0, i1, j, unp, ks, 1);
-        } else {
-            chunked_rows(jb, i0, i1, j, p->b + (j / 32) * (p->kp / 4) * 128, ks, 0);
+        else
+            unpack_panel_signed(p, j, unp);
+        const uint8_t *b1 = b0 + 64;
+        const int64_t nv = p->n - j;
+        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
+        const __mmask16 k1m =
+            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        for (int64_t i = i0; i < i1; i += 32) {
+            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a1 = a0 + 1024;
+            const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
+            if (kc == ks) {
+                /* one tile step per chunk: the two 16-row halves staggered, so that the tile
+                 * unit multiplies one half while the other half's sums are stored */
+                for (int64_t c = 0; c < nch; c++) {
+                    const int64_t k = c * kc, ao = (k / 64) * 2048 + (k % 64);
+                    _tile_zero(0);
+                    _tile_zero(1);
+                    _tile_loadd(4, a0 + ao, 64);
+                    _tile_loadd(6, b0 + k * 32, 128);
+                    _tile_loadd(7, b1 + k * 32, 128);
+                    _tile_dpbssd(0, 4, 6);
+                    _tile_dpbssd(1, 4, 7);
+                    if (c > 0) {
+                        _tile_stored(2, buf[(c - 1) & 1] + 16 * 32, 128);
+                        _tile_stored(3, buf[(c - 1) & 1] + 16 * 32 + 16, 128);
+                    }
+                    _tile_zero(2);
+                    _tile_zero(3);
+                    _tile_loadd(5, a1 + ao, 64);
+                    _tile_dpbssd(2, 5, 6);
+                    _tile_dpbssd(3, 5, 7);
+                    if (c > 0)
+                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
+                                  k1m);
+                    _tile_stored(0, buf[c & 1], 128);
+                    _tile_stored(1, buf[c & 1] + 16, 128);
+                }
+                _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
+                _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
+                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
+                continue;
+            }
+            for (int64_t c = 0; c < nch; c++) {
+                AMX_ZERO4();
+                for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
+                    const int64_t ao = (k / 64) * 2048 + (k % 64);
+                    AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
+                }
+                if (c > 0)
+                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
+                              k1m);
+                int32_t *dst = buf[c & 1];
+                _tile_stored(0, dst, 128);
+                _tile_stored(1, dst + 16, 128);
+                _tile_stored(2, dst + 16 * 32, 128);
+                _tile_stored(3, dst + 16 * 32 + 16, 128);
+            }
+            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
         }
     }
 }
