@@ -251,6 +251,10 @@ static void test_float_path_exact(void) {
         {520, 544, 256}, /* C of 1.1 MiB: ordinary stores, lines fetched for writing ahead */
         {1024, 4100, 4}, /* C of 16 MiB: rows written with streaming stores */
         {20, 70, 2100},  /* one row block past the whole-K limit: still whole K */
+        /* C of 16 MiB in blocks along K: streamed through the chunked scaling (m-row tiles for
+         * 16 rows, 32-row blocks for 64) */
+        {16, 262144, 64},
+        {64, 65536, 64},
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
@@ -268,11 +272,11 @@ static void test_float_path_exact(void) {
                     r += (int32_t)A[i * lda + kk] * B[kk * n + j];
                 ref[i * n + j] = r;
             }
-        for (int v = 0; v < 3; v++) {
-            /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256 (unit scales)
-             */
+        for (int v = 0; v < 4; v++) {
+            /* v 0: 8-bit, one chunk; 1: 4-bit, blocks of 32; 2: 8-bit, blocks of 256; 3: 8-bit,
+             * blocks of 32 (unit scales) */
             const int bits = v == 1 ? 4 : 8;
-            const int64_t kc = v == 0 ? 0 : (v == 1 ? 32 : 256);
+            const int64_t kc = v == 0 ? 0 : (v == 2 ? 256 : 32);
             if (kc && k % kc)
                 continue;
             if (bits == 4) { /* 4-bit values: the reference over the values clamped to [-8, 7] */
