@@ -255,6 +255,7 @@ static void test_float_path_exact(void) {
          * 16 rows, 32-row blocks for 64) */
         {16, 262144, 64},
         {64, 65536, 64},
+        {1024, 40, 2048}, /* A packed for the tiles is 2 MiB: written with streaming stores */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;

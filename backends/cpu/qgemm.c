@@ -448,6 +448,7 @@ typedef struct pack_a_arg {
     int8_t *ap;
     int32_t *rs;
     int amx, avx512;
+    int stream; /* AMX layout written with streaming stores (a large A) */
 } pack_a_arg;
 
 /* Sum of n int8 values (SSE2: PSADBW on the values biased to unsigned). */
@@ -484,10 +485,10 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
             if (a->amx)
                 ember__qa_row_avx512(src, k, kp, p->kc, p->nch,
                                      a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64, 2048,
-                                     a->rs + i * p->nch);
+                                     a->rs + i * p->nch, a->stream);
             else
                 ember__qa_row_avx512(src, k, kp, p->kc, p->nch, a->ap + i * kp, 64,
-                                     a->rs + i * p->nch);
+                                     a->rs + i * p->nch, 0);
             continue;
         }
         for (int64_t c = 0; c < p->nch; c++) {
@@ -517,6 +518,10 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
             }
         }
     }
+#ifdef EMBER__X86
+    if (a->stream)
+        _mm_sfence(); /* the streamed rows, before the pool's join */
+#endif
 }
 
 typedef struct run_arg {
@@ -657,9 +662,18 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         scratch[q] = mem + abytes + rbytes + sbytes + pbytes + per * (size_t)q;
     for (size_t i = 0; i < rsn; i++)
         sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
-    pack_a_arg pa = {p,  A,   lda,
-                     m,  mp,  ap,
-                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    /* A packed for the tiles from 2 MiB up is written with streaming stores (no read for ownership
+     * of each line; the product reads it back from memory). bench_qgemm --shape, 2 threads, three
+     * alternations in one binary, e_q8 GOPS ordinary -> streaming: 2048^3 4137 / 4039 / 4105 ->
+     * 4265 / 4223 / 4384, 512 x 4096^2 4363 / 4274 / 4184 -> 4541 / 4531 / 4487, 4096^3 5419 /
+     * 5426 / 5263 -> 5522 / 5533 / 5395; at 1024^3 (1 MiB) it lost: 3723 / 3550 / 3120 -> 3147 /
+     * 3429 / 3211. */
+    const int stream_a = amx && (double)mp * (double)p->kp >= (double)(2 << 20);
+    pack_a_arg pa = {
+        p,       A,   lda,
+        m,       mp,  ap,
+        rs,      amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512),
+        stream_a};
     ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
 
     ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0, 0};

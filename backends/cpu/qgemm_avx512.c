@@ -293,7 +293,7 @@ double ember__qpeak_vnni(int64_t iters) {
  * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64 or
  * 32, or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
-                          int8_t *dst, int64_t pstride, int32_t *rs) {
+                          int8_t *dst, int64_t pstride, int32_t *rs, int stream) {
     const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     if (nch > 1 && kc == 32) { /* two chunks a piece: PSADBW's lanes 0-3 and 4-7 */
         for (int64_t q = 0; q < kp / 64; q++) {
@@ -303,7 +303,10 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
                 v = k - k0 >= 64
                         ? _mm512_loadu_si512(src + k0)
                         : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
-            _mm512_storeu_si512(dst + q * pstride, v);
+            if (stream)
+                _mm512_stream_si512((__m512i *)(void *)(dst + q * pstride), v);
+            else
+                _mm512_storeu_si512(dst + q * pstride, v);
             const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero);
             /* each half counted its 32 bytes (padding zeros included) as 128 too */
             const int64_t lo = _mm256_extract_epi64(_mm512_castsi512_si256(sad), 0) +
@@ -335,7 +338,10 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
                 v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
                 nvals += k - k0;
             }
-            _mm512_storeu_si512(dst + q * pstride, v);
+            if (stream)
+                _mm512_stream_si512((__m512i *)(void *)(dst + q * pstride), v);
+            else
+                _mm512_storeu_si512(dst + q * pstride, v);
             acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
         }
         /* the sad sums counted every zero-padded byte as 128 too */
