@@ -149,6 +149,7 @@ typedef struct pack_b_arg {
     const int8_t *plain; /* plain int8 rows (row callback unused), 8-bit only */
     int64_t ldb;
     int avx512;
+    int stream; /* 8-bit values written with streaming stores (a large B) */
 } pack_b_arg;
 
 #define PACK_NB 256 /* columns per packing task */
@@ -217,8 +218,13 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
                     rp[r] = rows[r];
                 }
             }
-            ember__qpack8_avx512(rp, nv, jn, p->b + (j0 / 32) * pstride + (k0 / 4) * 128, pstride);
+            ember__qpack8_avx512(rp, nv, jn, p->b + (j0 / 32) * pstride + (k0 / 4) * 128, pstride,
+                                 a->stream);
         }
+#ifdef EMBER__X86
+        if (a->stream)
+            _mm_sfence(); /* the streamed panels, before the pool's join */
+#endif
         return;
     }
     for (int64_t k0 = 0; k0 < p->kp; k0 += kstep) {
@@ -316,7 +322,18 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
             else
                 ((float *)p->sb)[ember__qpack_sidx(p, c, j)] = f;
         }
-    pack_b_arg a = {p, row, src, plain, ldb, ember__qtier_available(EMBER__QT_AVX512)};
+    /* 8-bit values from 2 MiB up are written with streaming stores (no read for ownership of each
+     * line), as A is for the tiles. bench_qgemm --shape, 2 threads, three alternations in one
+     * binary, first calls (B packed every call) GOPS ordinary -> streaming: 2048^3 3945 / 4332 /
+     * 4208 -> 4392 / 4772 / 4352, 4096^3 5408 / 5083 / 4873 -> 5522 / 5363 / 5146, 512 x 4096^2
+     * 2766 / 2758 / 2773 -> 3108 / 3261 / 3120; at 1024^3 (1 MiB) no gain. */
+    pack_b_arg a = {p,
+                    row,
+                    src,
+                    plain,
+                    ldb,
+                    ember__qtier_available(EMBER__QT_AVX512),
+                    bits == 8 && (double)vbytes >= (double)(2 << 20)};
     if (plain && !a.avx512) { /* the SSE2 path reads rows through a callback */
         a.row = plain_row;
         a.src = &a;

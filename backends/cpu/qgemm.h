@@ -213,9 +213,10 @@ double ember__qpeak_vnni(int64_t iters);
 double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf);
 
 /* AVX-512 packing of a k group of 8-bit B (qgemm_avx512.c): rows[0..3] (NULL: zeros), columns
- * [0, nv) read, [0, jn) written (jn % 32 == 0), column c at dst + (c/32)*pstride + (c%32/16)*64. */
+ * [0, nv) read, [0, jn) written (jn % 32 == 0), column c at dst + (c/32)*pstride + (c%32/16)*64.
+ * stream: written with streaming stores (dst 64-byte aligned); the caller fences. */
 void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
-                          int64_t pstride);
+                          int64_t pstride, int stream);
 /* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
  * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row.
  * stream: the pieces (64-byte aligned) written with streaming stores; the caller fences. */

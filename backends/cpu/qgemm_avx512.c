@@ -542,7 +542,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
  * register. rows[q] NULL: zeros. Columns [0, nv) are read, [0, jn) written (jn % 32 == 0);
  * column c goes to dst + (c / 32) * pstride + ((c % 32) / 16) * 64. */
 void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
-                          int64_t pstride) {
+                          int64_t pstride, int stream) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int64_t c = 0; c < jn; c += 64) {
         const int64_t left = nv - c;
@@ -561,8 +561,11 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
                         _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
         for (int g = 0; g < 4 && c + 16 * g < jn; g++) {
             const int64_t col = c + 16 * g;
-            _mm512_store_si512(dst + (col / 32) * pstride + ((col % 32) / 16) * 64,
-                               _mm512_xor_si512(o[g], bias));
+            uint8_t *d = dst + (col / 32) * pstride + ((col % 32) / 16) * 64;
+            if (stream)
+                _mm512_stream_si512((__m512i *)(void *)d, _mm512_xor_si512(o[g], bias));
+            else
+                _mm512_store_si512(d, _mm512_xor_si512(o[g], bias));
         }
     }
 }
