@@ -613,11 +613,12 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t rbytes = round_up64(rsn * sizeof(int32_t)),
                  sbytes = round_up64(rsn * sizeof(float));
     /* AMX per thread at work: the int32 sums of a task, then for 4-bit B two unpacked panels
-     * (2 x 32 x kp), for block scales along K a signed panel (32 x kp) */
+     * (2 x 32 x kp), for block scales along K a signed panel (32 x kp); the thin kernels keep
+     * what they need on their stacks */
     const size_t per =
-        amx ? EMBER__AMX_ACC_BYTES +
-                  (p->bits == 4 || (p->nch > 1 && C) ? (size_t)64 * (size_t)p->kp : 0)
-            : 0;
+        amx && !thin ? EMBER__AMX_ACC_BYTES +
+                           (p->bits == 4 || (p->nch > 1 && C) ? (size_t)64 * (size_t)p->kp : 0)
+                     : 0;
     /* Task shape: small M splits N finely (bandwidth bound); large M uses square-ish blocks. */
     int64_t mb, nb;
     if (mp <= 64) {

@@ -238,4 +238,26 @@ static inline float ember__qpack_scale(const ember__qpack *p, int64_t c, int64_t
     return ((const float *)p->sb)[ember__qpack_sidx(p, c, j)];
 }
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* For the AVX-512 and AMX tiers: lanes [0, nv) of a 16-column half (the tail of the last panel) */
+static inline __attribute__((always_inline)) __mmask16 ember__tail_mask16(int64_t nv) {
+    if (nv >= 16)
+        return (__mmask16)0xffff;
+    if (nv <= 0)
+        return (__mmask16)0;
+    return (__mmask16)((1u << (unsigned)nv) - 1u);
+}
+
+/* 16 scales of B from p->sb[idx] (idx from ember__qpack_sidx), as f32; sb16 is p->sb16, or the
+ * constant a kernel specialised for one scale format passes */
+static inline __attribute__((always_inline)) __m512
+ember__qpack_scales16(const ember__qpack *p, int64_t idx, const int sb16) {
+    if (sb16)
+        return _mm512_cvtph_ps(
+            _mm256_loadu_si256((const __m256i *)((const uint16_t *)p->sb + idx)));
+    return _mm512_loadu_ps((const float *)p->sb + idx);
+}
+#endif
+
 #endif

@@ -253,9 +253,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 nx ? (jp + 1 < njp ? kend - kbeg : (kend + KSL < kp ? KSL : kp - kend)) * 32 : 0;
             const int64_t slice = nxbytes / nip, per_step = slice / steps;
             const int64_t nv = p->n - j;
-            const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-            const __mmask16 k1m =
-                (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+            const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
             const __m512 s0 = _mm512_loadu_ps((const float *)p->sb + j);
             const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
             int cur = 0;
@@ -470,15 +468,9 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
 
 /* The 32 column scales of B for K chunk c, columns [j, j + 32), as f32 (stored F16 or F32). */
 static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0, __m512 *s1) {
-    if (p->sb16) {
-        const uint16_t *sb = (const uint16_t *)p->sb + ember__qpack_sidx(p, c, j);
-        *s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sb));
-        *s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sb + 16)));
-    } else {
-        const float *sb = (const float *)p->sb + ember__qpack_sidx(p, c, j);
-        *s0 = _mm512_loadu_ps(sb);
-        *s1 = _mm512_loadu_ps(sb + 16);
-    }
+    const int64_t idx = ember__qpack_sidx(p, c, j);
+    *s0 = ember__qpack_scales16(p, idx, p->sb16);
+    *s1 = ember__qpack_scales16(p, idx + 16, p->sb16);
 }
 
 /* Scale one chunk's int32 sums (rows x 32, row stride 32) into the float block: first chunk
@@ -552,9 +544,7 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             unpack_panel_signed(p, j, unp);
         const uint8_t *b1 = b0 + 64;
         const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         for (int64_t i = i0; i < i1; i += 32) {
             const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
             const int8_t *a1 = a0 + 1024;
@@ -655,9 +645,7 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
             b1 = unp + 64;
         }
         const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
             const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
             const int8_t *a1 = a0 + 1024;
@@ -799,9 +787,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         _tile_stored(0, buf, 128);
         _tile_stored(1, buf + 16, 128);
         const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         const float *sb = (const float *)p->sb + j;
         const __m512 s0 = _mm512_loadu_ps(sb), s1 = _mm512_loadu_ps(sb + 16);
         for (int r = 0; r < rows; r++) {
@@ -842,37 +828,33 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int ks = kc % 64 == 0 ? 64 : 32;
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
-    const int four = p->bits == 4; /* each K step unpacked, signed, into stage: TDPBSSD */
-    const int64_t bbytes = (p->np / 32) * kp * (four ? 16 : 32); /* all of B's values */
+    const int four = p->bits == 4;      /* each K step unpacked, signed, into stage: TDPBSSD */
+    const int64_t bpk = four ? 16 : 32; /* a panel's bytes per k */
+    const int64_t bbytes = (p->np / 32) * kp * bpk; /* all of B's values */
     int32_t buf[16 * 32] __attribute__((aligned(64)));
     float facc[16 * 32] __attribute__((aligned(64)));
     uint8_t stage[2][2048] __attribute__((aligned(64)));
     thin_config(rows, ks);
     const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b0 = p->b + (j / 32) * (kp / (four ? 8 : 4)) * 128;
+        const uint8_t *b0 = p->b + (j / 32) * kp * bpk;
         const int64_t nv = p->n - j;
-        const __mmask16 k0m = (__mmask16)(nv >= 16 ? 0xffffu : (1u << nv) - 1u);
-        const __mmask16 k1m =
-            (__mmask16)(nv >= 32 ? 0xffffu : (nv > 16 ? (1u << (nv - 16)) - 1u : 0u));
+        const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         for (int64_t c = 0; c < nch; c++) {
             _tile_zero(0);
             _tile_zero(1);
             for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
                 const int8_t *ak = a0 + (k / 64) * 2048 + (k % 64);
+                const uint8_t *bk = b0 + k * bpk; /* this step's ks * bpk bytes */
+                if (bk - p->b + THIN_PF + ks * bpk <= bbytes)
+                    for (int64_t q = 0; q < ks * bpk; q += 64)
+                        _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
                 if (four) {
                     uint8_t *d = stage[(k / ks) & 1];
-                    const uint8_t *src = b0 + (k / 8) * 128;
-                    if (src - p->b + THIN_PF + ks * 16 <= bbytes)
-                        for (int q = 0; q < ks * 16; q += 64)
-                            _mm_prefetch((const char *)(src + THIN_PF + q), _MM_HINT_T1);
-                    unpack_rows_signed(src, ks / 8, d);
+                    unpack_rows_signed(bk, ks / 8, d);
                     AMX_STEP12(_tile_dpbssd, ak, 64, d);
                 } else {
-                    if (b0 + k * 32 - p->b + THIN_PF + ks * 32 <= bbytes)
-                        for (int q = 0; q < ks * 32; q += 64)
-                            _mm_prefetch((const char *)(b0 + k * 32 + THIN_PF + q), _MM_HINT_T1);
-                    AMX_STEP12(_tile_dpbsud, ak, 64, b0 + k * 32);
+                    AMX_STEP12(_tile_dpbsud, ak, 64, bk);
                 }
             }
             _tile_stored(0, buf, 128);

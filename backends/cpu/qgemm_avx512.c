@@ -8,20 +8,8 @@
 
 #define EMBER__INLINE static inline __attribute__((always_inline))
 
-/* lanes [0, nv) of 16 */
-EMBER__INLINE __mmask16 tail_mask(int64_t nv) {
-    if (nv >= 16)
-        return (__mmask16)0xffff;
-    if (nv <= 0)
-        return (__mmask16)0;
-    return (__mmask16)((1u << (unsigned)nv) - 1u);
-}
-
 EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
-    if (p->sb16)
-        return _mm512_cvtph_ps(_mm256_loadu_si256(
-            (const __m256i *)((const uint16_t *)p->sb + ember__qpack_sidx(p, c, j))));
-    return _mm512_loadu_ps((const float *)p->sb + ember__qpack_sidx(p, c, j));
+    return ember__qpack_scales16(p, ember__qpack_sidx(p, c, j), p->sb16);
 }
 
 /* 4-bit B: each K chunk prefetches the bytes this far ahead into L2. The 4-bit decode row is
@@ -115,7 +103,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         if (jb->c32) {
             /* exact int32 out (single chunk) */
             const int64_t nv = p->n - j;
-            const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
+            const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
 #pragma GCC unroll 6
             for (int r = 0; r < MR; r++) {
                 int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
@@ -135,7 +123,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         }
     }
     const int64_t nv = p->n - j;
-    const __mmask16 k0m = tail_mask(nv), k1m = tail_mask(nv - 16);
+    const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
         float *o = jb->c + (i + r) * jb->ldc + j;
@@ -201,25 +189,15 @@ EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_
                 h1 = _mm512_srai_epi32(h1, 4);
             }
             const __m512 sar = _mm512_set1_ps(sa[c]);
-            __m512 s0, s1;
-            if (sb16) {
-                const uint16_t *q = (const uint16_t *)p->sb + sj + c * 32;
-                s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)q));
-                s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(q + 16)));
-            } else {
-                const float *q = (const float *)p->sb + sj + c * 32;
-                s0 = _mm512_loadu_ps(q);
-                s1 = _mm512_loadu_ps(q + 16);
-            }
-            s0 = _mm512_mul_ps(sar, s0);
-            s1 = _mm512_mul_ps(sar, s1);
+            const __m512 s0 = _mm512_mul_ps(sar, ember__qpack_scales16(p, sj + c * 32, sb16));
+            const __m512 s1 = _mm512_mul_ps(sar, ember__qpack_scales16(p, sj + c * 32 + 16, sb16));
             f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)), s0, f0);
             f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)), s1, f1);
         }
         const int64_t nv = p->n - j;
         float *o = jb->c + i * jb->ldc + j;
-        _mm512_mask_storeu_ps(o, tail_mask(nv), f0);
-        _mm512_mask_storeu_ps(o + 16, tail_mask(nv - 16), f1);
+        _mm512_mask_storeu_ps(o, ember__tail_mask16(nv), f0);
+        _mm512_mask_storeu_ps(o + 16, ember__tail_mask16(nv - 16), f1);
     }
 }
 
@@ -289,6 +267,23 @@ double ember__qpeak_vnni(int64_t iters) {
     return (double)iters * 12.0 * 64 * 2;
 }
 
+/* 64 bytes to dst, with a streaming store where stream is set (dst 64-byte aligned then) */
+EMBER__INLINE void store64(void *dst, __m512i v, int stream) {
+    if (stream)
+        _mm512_stream_si512((__m512i *)dst, v);
+    else
+        _mm512_storeu_si512(dst, v);
+}
+
+/* The 64 values [k0, k0 + 64) of row src (zeros past k; src NULL: zeros) */
+EMBER__INLINE __m512i a_piece(const int8_t *src, int64_t k, int64_t k0) {
+    if (!src || k0 >= k)
+        return _mm512_setzero_si512();
+    if (k - k0 >= 64)
+        return _mm512_loadu_si512(src + k0);
+    return _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
+}
+
 /* One row of A into the packed buffer: 64-byte pieces (piece q, values [64q, 64q + 64), zeros past
  * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64 or
  * 32, or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
@@ -297,16 +292,8 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
     const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     if (nch > 1 && kc == 32) { /* two chunks a piece: PSADBW's lanes 0-3 and 4-7 */
         for (int64_t q = 0; q < kp / 64; q++) {
-            const int64_t k0 = q * 64;
-            __m512i v = zero;
-            if (src && k0 < k)
-                v = k - k0 >= 64
-                        ? _mm512_loadu_si512(src + k0)
-                        : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
-            if (stream)
-                _mm512_stream_si512((__m512i *)(void *)(dst + q * pstride), v);
-            else
-                _mm512_storeu_si512(dst + q * pstride, v);
+            const __m512i v = a_piece(src, k, q * 64);
+            store64(dst + q * pstride, v, stream);
             const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero);
             /* each half counted its 32 bytes (padding zeros included) as 128 too */
             const int64_t lo = _mm256_extract_epi64(_mm512_castsi512_si256(sad), 0) +
@@ -325,28 +312,13 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
     int64_t q = 0;
     for (int64_t c = 0; c < nch; c++) {
         __m512i acc = _mm512_setzero_si512();
-        int64_t nvals = 0;
         for (int64_t e = 0; e < per; e++, q++) {
-            const int64_t k0 = q * 64;
-            __m512i v;
-            if (!src || k0 >= k) {
-                v = zero;
-            } else if (k - k0 >= 64) {
-                v = _mm512_loadu_si512(src + k0);
-                nvals += 64;
-            } else {
-                v = _mm512_maskz_loadu_epi8((__mmask64)((1ull << (k - k0)) - 1), src + k0);
-                nvals += k - k0;
-            }
-            if (stream)
-                _mm512_stream_si512((__m512i *)(void *)(dst + q * pstride), v);
-            else
-                _mm512_storeu_si512(dst + q * pstride, v);
+            const __m512i v = a_piece(src, k, q * 64);
+            store64(dst + q * pstride, v, stream);
             acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
         }
         /* the sad sums counted every zero-padded byte as 128 too */
         rs[c] = (int32_t)(_mm512_reduce_add_epi64(acc) - 128 * per * 64);
-        (void)nvals;
     }
 }
 
@@ -518,7 +490,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
                 ember__qdirect_order(x, o);
                 for (int q = 0; q < 4; q++) {
                     const int64_t j = jt + pc * 64 + q * 16;
-                    const __mmask16 m = tail_mask(j1 - j);
+                    const __mmask16 m = ember__tail_mask16(j1 - j);
                     if (!m)
                         break;
                     const __m512i v = _mm512_sub_epi32(o[q], corr);
@@ -561,11 +533,8 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
                         _mm512_shuffle_i64x2(t1, t3, 0x88), _mm512_shuffle_i64x2(t1, t3, 0xdd)};
         for (int g = 0; g < 4 && c + 16 * g < jn; g++) {
             const int64_t col = c + 16 * g;
-            uint8_t *d = dst + (col / 32) * pstride + ((col % 32) / 16) * 64;
-            if (stream)
-                _mm512_stream_si512((__m512i *)(void *)d, _mm512_xor_si512(o[g], bias));
-            else
-                _mm512_store_si512(d, _mm512_xor_si512(o[g], bias));
+            store64(dst + (col / 32) * pstride + ((col % 32) / 16) * 64,
+                    _mm512_xor_si512(o[g], bias), stream);
         }
     }
 }
