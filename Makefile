@@ -15,6 +15,8 @@ CMAKE_FLAGS ?=
 # Tests run with assert() live (no -DNDEBUG), optimised as the library ships.
 TEST_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g"
 ASAN_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g"
+# What in a sanitizer log is a report (a finding, as opposed to a test that failed)
+SANITIZER_REPORT := ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1 \
                  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -82,7 +84,7 @@ asan: deps
 	@cd $(ASAN_BUILD) && $(SANITIZER_ENV) ctest --output-on-failure -V -j$(JOBS) \
 	  > ctest-sanitizers.log 2>&1; rc=$$?; \
 	grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|tests failed' ctest-sanitizers.log | sed 's/^/  /'; \
-	if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' \
+	if grep -nE '$(SANITIZER_REPORT)' \
 	     ctest-sanitizers.log; then \
 	  echo "ember: sanitizer report (see $(ASAN_BUILD)/ctest-sanitizers.log)" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ] && grep -q 'Tracer caught signal' ctest-sanitizers.log; then \
@@ -91,7 +93,7 @@ asan: deps
 	  $(SANITIZER_ENV) ctest --rerun-failed --output-on-failure -V > ctest-sanitizers-rerun.log 2>&1; \
 	  rc=$$?; grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|tests failed' ctest-sanitizers-rerun.log | \
 	    sed 's/^/  /'; \
-	  if grep -nE 'ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)' \
+	  if grep -nE '$(SANITIZER_REPORT)' \
 	       ctest-sanitizers-rerun.log; then \
 	    echo "ember: sanitizer report (see $(ASAN_BUILD)/ctest-sanitizers-rerun.log)" >&2; exit 1; fi; \
 	  if [ $$rc -ne 0 ]; then cat ctest-sanitizers-rerun.log; exit $$rc; fi; exit 0; fi; \
