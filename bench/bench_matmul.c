@@ -1,8 +1,8 @@
 /* bench/bench_matmul.c: matmul throughput, ember against the libraries it is measured by.
  *
  * For each shape every available "provider" (one kernel path) runs once to warm up, then all of
- * them run in turn, round after round (interleaved, so that a noisy neighbour or a clock change
- * hits them alike), and each row reports the median and minimum of its rounds, GOPS (2mnk per
+ * them run in turn, round after round, each round in a shuffled order (interleaved, so that a
+ * noisy neighbour or a clock change hits them alike, and no row always follows the same one), and each row reports the median and minimum of its rounds, GOPS (2mnk per
  * call), and the largest error on sampled outputs against a float64 product of the same f32
  * inputs. The first provider of the table, the direct cblas_sgemm call, is the reference: the
  * table's vs_ref column is each row's GOPS over it.
@@ -626,8 +626,21 @@ int main(int argc, char **argv) {
             if (ready[q] && providers[q].after)
                 providers[q].after(state[q]);
         }
-        for (int r = 0; r < reps && !failed; r++)
-            for (int q = 0; q < NPROV; q++) {
+        /* each round in its own order (a shuffle from a fixed seed): a row meets what the row
+         * before it left in the caches, and in a fixed order that is always the same row */
+        uint64_t ox = 0x9e3779b97f4a7c15ull;
+        for (int r = 0; r < reps && !failed; r++) {
+            int order[NPROV];
+            for (int q = 0; q < NPROV; q++)
+                order[q] = q;
+            for (int q = NPROV - 1; q > 0; q--) {
+                ox ^= ox << 13, ox ^= ox >> 7, ox ^= ox << 17;
+                const int pick = (int)(ox % (uint64_t)(q + 1)), tmp = order[q];
+                order[q] = order[pick];
+                order[pick] = tmp;
+            }
+            for (int qi = 0; qi < NPROV; qi++) {
+                const int q = order[qi];
                 if (!ready[q])
                     continue;
                 quiet_gap();
@@ -638,6 +651,7 @@ int main(int argc, char **argv) {
                 if (providers[q].after)
                     providers[q].after(state[q]);
             }
+        }
         double ref_gops = 0;
         for (int q = 0; q < NPROV && !failed; q++) {
             if (!ready[q])
