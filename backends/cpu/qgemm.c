@@ -465,7 +465,6 @@ typedef struct pack_a_arg {
     int8_t *ap;
     int32_t *rs;
     int amx, avx512;
-    int stream; /* AMX layout written with streaming stores (a large A) */
 } pack_a_arg;
 
 /* Sum of n int8 values (SSE2: PSADBW on the values biased to unsigned). */
@@ -502,10 +501,10 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
             if (a->amx)
                 ember__qa_row_avx512(src, k, kp, p->kc, p->nch,
                                      a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64, 2048,
-                                     a->rs + i * p->nch, a->stream);
+                                     a->rs + i * p->nch);
             else
                 ember__qa_row_avx512(src, k, kp, p->kc, p->nch, a->ap + i * kp, 64,
-                                     a->rs + i * p->nch, 0);
+                                     a->rs + i * p->nch);
             continue;
         }
         for (int64_t c = 0; c < p->nch; c++) {
@@ -535,10 +534,6 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
             }
         }
     }
-#ifdef EMBER__X86
-    if (a->stream)
-        _mm_sfence(); /* the streamed rows, before the pool's join */
-#endif
 }
 
 typedef struct run_arg {
@@ -546,16 +541,45 @@ typedef struct run_arg {
     ember__qblock_fn fn;
     int64_t mb, nb, ntn;
     slot_map *slots;
+    const pack_a_arg *pa; /* A, packed by the tasks that need it */
+    atomic_uchar *pstate; /* per 16 rows of A: 0 to pack, 1 being packed, 2 packed */
 } run_arg;
+
+/* Rows [i0, i1) of A packed before a task multiplies them. The tasks of one row block claim its
+ * 16-row pieces in turn and pack them (threads that start on the same rows share the work), then
+ * wait for the pieces that others claimed: each is being packed by a running task, which waits on
+ * nothing. The packed rows are then hot in the cache of the thread that uses them first; a
+ * separate pack phase before the product wrote all of A first (out to memory when large) and
+ * cost a second wake of the pool. */
+static void ensure_packed(const run_arg *r, int64_t i0, int64_t i1, int thread) {
+    const int64_t q0 = i0 / 16, q1 = (i1 + 15) / 16;
+    int64_t q = q0;
+    for (; q < q1; q++) {
+        unsigned char z = 0;
+        if (atomic_load_explicit(&r->pstate[q], memory_order_relaxed) == 0 &&
+            atomic_compare_exchange_strong_explicit(&r->pstate[q], &z, 1, memory_order_relaxed,
+                                                    memory_order_relaxed)) {
+            pack_a_task((void *)r->pa, q, thread);
+            atomic_store_explicit(&r->pstate[q], 2, memory_order_release);
+        }
+    }
+    for (q = q0; q < q1; q++)
+        while (atomic_load_explicit(&r->pstate[q], memory_order_acquire) != 2) {
+#ifdef EMBER__X86
+            _mm_pause();
+#endif
+        }
+}
 
 static void run_task(void *varg, int64_t task, int thread) {
     const run_arg *r = varg;
-    thread = slot_of(r->slots, thread); /* the kernels index their scratch with it */
     const int64_t ti = task / r->ntn, tj = task % r->ntn;
     const int64_t i0 = ti * r->mb, j0 = tj * r->nb;
     int64_t i1 = i0 + r->mb, j1 = j0 + r->nb;
     if (i1 > r->job->mp)
         i1 = r->job->mp;
+    ensure_packed(r, i0, i1, thread);
+    thread = slot_of(r->slots, thread); /* the kernels index their scratch with it */
     if (j1 > r->job->p->np)
         j1 = r->job->p->np;
     r->fn(r->job, i0, i1, j0, j1, thread);
@@ -666,7 +690,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const int64_t ntasks = ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb);
     const int64_t nscr = per ? (ntasks < nt ? ntasks : nt) : 0; /* buffers: one a thread at work */
     const size_t pbytes = round_up64((size_t)nscr * sizeof(uint8_t *));
-    const size_t total = abytes + rbytes + sbytes + pbytes + per * (size_t)nscr;
+    const size_t psbytes = round_up64((size_t)(mp / 16));
+    const size_t total = abytes + rbytes + sbytes + pbytes + psbytes + per * (size_t)nscr;
     int from_scratch;
     uint8_t *mem = call_mem(s, total, &from_scratch);
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
@@ -676,23 +701,21 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     int32_t *rs = (int32_t *)(mem + abytes);
     float *sap = (float *)(mem + abytes + rbytes);
     uint8_t **scratch = (uint8_t **)(void *)(mem + abytes + rbytes + sbytes);
+    atomic_uchar *pstate = (atomic_uchar *)(void *)(mem + abytes + rbytes + sbytes + pbytes);
     for (int64_t q = 0; q < nscr; q++)
-        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + per * (size_t)q;
+        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + psbytes + per * (size_t)q;
     for (size_t i = 0; i < rsn; i++)
         sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
-    /* A packed for the tiles from 2 MiB up is written with streaming stores (no read for ownership
-     * of each line; the product reads it back from memory). bench_qgemm --shape, 2 threads, three
-     * alternations in one binary, e_q8 GOPS ordinary -> streaming: 2048^3 4137 / 4039 / 4105 ->
-     * 4265 / 4223 / 4384, 512 x 4096^2 4363 / 4274 / 4184 -> 4541 / 4531 / 4487, 4096^3 5419 /
-     * 5426 / 5263 -> 5522 / 5533 / 5395; at 1024^3 (1 MiB) it lost: 3723 / 3550 / 3120 -> 3147 /
-     * 3429 / 3211. */
-    const int stream_a = amx && (double)mp * (double)p->kp >= (double)(2 << 20);
-    pack_a_arg pa = {
-        p,       A,   lda,
-        m,       mp,  ap,
-        rs,      amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512),
-        stream_a};
-    ember__cpu_parallel_for(s, mp / 16, pack_a_task, &pa); /* 16 rows a task */
+    /* A is packed by the tasks, a row block when first needed (ensure_packed). Measured against
+     * a pack phase before the product (which streamed A to memory from 2 MiB up), one binary,
+     * calls back to back, alternated, medians of 20-40, 2 threads, GOPS: 2048^3 4711 / 4646 ->
+     * 5521 / 5468, 4096^3 5489 -> 5716, 512 x 4096^2 4724 -> 5009; 1024^3, 128 x 4096^2, 32 x
+     * 4096^2, 8 and 1 x 4096^2, 128 x 11008 x 4096 level. In bench_qgemm's rounds (other rows
+     * between the calls) 2048^3 read 4818 / 4965 / 4833 -> 5012 / 4923 / 4693. */
+    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx,
+                     t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    for (int64_t q = 0; q < mp / 16; q++)
+        atomic_init(&pstate[q], 0);
 
     ember__qjob job = {p, ap, rs, sap, m, mp, C, C32, ldc, scratch, 0, 0, 0};
     /* C of 16 MiB or more is streamed to memory (qgemm_amx.c, store_row): it would not stay in
@@ -727,7 +750,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                  mb,
                  nb,
                  (p->np + nb - 1) / nb,
-                 &slots};
+                 &slots,
+                 &pa,
+                 pstate};
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
      * verdict did not hold: the VM's state changes within seconds, and in a bench run where it

@@ -218,10 +218,9 @@ double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf);
 void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
                           int64_t pstride, int stream);
 /* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
- * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row.
- * stream: the pieces (64-byte aligned) written with streaming stores; the caller fences. */
+ * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row. */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
-                          int8_t *dst, int64_t pstride, int32_t *rs, int stream);
+                          int8_t *dst, int64_t pstride, int32_t *rs);
 
 /* Where the scale of chunk c, column j sits in p->sb: panel-major, [np/32][nch][32], so that a
  * panel's scales for every chunk are one contiguous run (the kernels walk the chunks of one panel

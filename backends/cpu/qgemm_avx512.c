@@ -288,12 +288,12 @@ EMBER__INLINE __m512i a_piece(const int8_t *src, int64_t k, int64_t k0) {
  * k) at dst + q * pstride for q < kp / 64, and the row's sums per K chunk (kc a multiple of 64 or
  * 32, or nch == 1) into rs[0..nch). src NULL: a padding row (zeros, sums 0). */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
-                          int8_t *dst, int64_t pstride, int32_t *rs, int stream) {
+                          int8_t *dst, int64_t pstride, int32_t *rs) {
     const __m512i bias = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     if (nch > 1 && kc == 32) { /* two chunks a piece: PSADBW's lanes 0-3 and 4-7 */
         for (int64_t q = 0; q < kp / 64; q++) {
             const __m512i v = a_piece(src, k, q * 64);
-            store64(dst + q * pstride, v, stream);
+            _mm512_storeu_si512(dst + q * pstride, v);
             const __m512i sad = _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero);
             /* each half counted its 32 bytes (padding zeros included) as 128 too */
             const int64_t lo = _mm256_extract_epi64(_mm512_castsi512_si256(sad), 0) +
@@ -314,7 +314,7 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
         __m512i acc = _mm512_setzero_si512();
         for (int64_t e = 0; e < per; e++, q++) {
             const __m512i v = a_piece(src, k, q * 64);
-            store64(dst + q * pstride, v, stream);
+            _mm512_storeu_si512(dst + q * pstride, v);
             acc = _mm512_add_epi64(acc, _mm512_sad_epu8(_mm512_xor_si512(v, bias), zero));
         }
         /* the sad sums counted every zero-padded byte as 128 too */
