@@ -657,10 +657,11 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
          * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */
         if (amx) {
-            /* K up to 2048 runs in one slice (each block's sums stay in its tiles): tasks of
-             * 256 x 512, A's 256 rows (<= 512 KiB) in L2 across the task's panels. Measured
-             * (2048^3, one interleaved run, medians of 15): 2352 GOPS against 1932 with the
-             * 512 x 256 tasks in slices of 512; at K = 4096 the sliced tasks stay ahead. */
+            /* K up to 2048 (one slice, or two of 1024: qgemm_amx.c, KSLICE_L1): tasks of
+             * 256 x 512, A's 256 rows (<= 512 KiB) in L2 across the task's panels, the sums of
+             * its 128 blocks (512 KiB) in scratch. Measured (2048^3, whole K, one interleaved
+             * run, medians of 15): 2352 GOPS against 1932 with the 512 x 256 tasks in slices of
+             * 512; at K = 4096 the sliced tasks stay ahead. */
             if (p->kp <= 2048) {
                 mb = 256;
                 nb = 512;

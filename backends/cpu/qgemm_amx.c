@@ -62,6 +62,20 @@ static void tile_config(int ks) {
         DP(3, 5, 7);                                                                               \
     } while (0)
 
+/* AMX_STEP22 with A's tiles loaded by TILELOADDT1 (a hint that the data is used once: it is not
+ * kept in L1), for loops whose B slice is reused from L1 while each A piece passes once */
+#define AMX_STEP22_SA(DP, A0, A1, LDA, B0, B1, LDB)                                                \
+    do {                                                                                           \
+        _tile_stream_loadd(4, (A0), (LDA));                                                        \
+        _tile_loadd(6, (B0), (LDB));                                                               \
+        DP(0, 4, 6);                                                                               \
+        _tile_loadd(7, (B1), (LDB));                                                               \
+        DP(1, 4, 7);                                                                               \
+        _tile_stream_loadd(5, (A1), (LDA));                                                        \
+        DP(2, 5, 6);                                                                               \
+        DP(3, 5, 7);                                                                               \
+    } while (0)
+
 /* One K step of a 1 x 2 block (the thin kernels): A tile tmm4 at A0, B tiles tmm6 and tmm7 at B0
  * and B0 + 64 (row stride 128), products into tmm0 and tmm1 with DP. */
 #define AMX_STEP12(DP, A0, LDA, B0)                                                                \
@@ -181,17 +195,26 @@ epi_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j, int64_
 }
 
 /* One K chunk, float output (the common case), in the GotoBLAS order: the K extent is walked in
- * slices of KSLICE; within a slice every 32-column panel of the task's B is taken in turn, and its
- * slice (KSLICE x 32 bytes, 16 KiB) stays in L1 while every 32-row block of the task multiplies
- * it; the task's A slice (rows x KSLICE) stays in L2 across the panels, and the int32 sums of all
- * the task's blocks wait in per-thread scratch between slices. The next B slice is prefetched
- * into L2 meanwhile. In the last slice the f32 scaling of each block is spread over the K steps
- * of the next block of the same panel (vector work while the tile unit multiplies). */
+ * slices; within a slice every 32-column panel of the task's B is taken in turn, and its slice
+ * (up to KSLICE_L1 x 32 bytes, 32 KiB) stays in L1 while every 32-row block of the task
+ * multiplies it; the task's A slice (rows x slice) stays in L2 across the panels and reaches the
+ * tiles through TILELOADDT1, which does not put it in L1 (each A piece is used once per panel:
+ * with ordinary loads it pushed the B slice out of L1), and the int32 sums of all the task's
+ * blocks wait in per-thread scratch between slices. The next B slice is prefetched into L2
+ * meanwhile. In the last slice the f32 scaling of each block is spread over the K steps of the
+ * next block of the same panel (vector work while the tile unit multiplies). */
 #define KSLICE 512
-/* The K slice of a task: the whole (padded) K up to 2048, so that each 32 x 32 block accumulates
- * in its tiles from start to end (no int32 round trips through scratch, one drain per block);
- * slices of 512 beyond (the driver then uses taller tasks, see qgemm_run). */
-#define KSLICE_FULL 2048
+/* The K slice: the whole (padded) K up to KSLICE_L1, so that each 32 x 32 block accumulates in
+ * its tiles from start to end (no int32 round trips through scratch, one drain per block);
+ * beyond, slices of KSLICE_L1 up to K = 2048 and for products of 512 rows or more, slices of
+ * KSLICE otherwise (the driver uses taller tasks beyond 2048, see qgemm_run). Measured against
+ * the whole K up to 2048 and slices of 512 beyond, with ordinary A loads (one binary, calls back
+ * to back, alternated, medians of 5-40, 2 threads, GOPS): 1024^3 4028 / 4076 -> 4867 / 4979
+ * (A streamed only), 2048^3 4977 / 5002 -> 5642 / 5691, 4096^3 5572 -> 6037, 512 x 4096^2 5161
+ * -> 5302, 128 x 11008 x 4096 5365 -> 5575; with 256 MiB written between calls 1024^3 2908 ->
+ * 3138, 2048^3 4578 -> 5015. Slices of 1024 at 128 and 256 rows (K = 4096) lost with B coming
+ * from memory (3299 -> 2862, 4181 -> 4002); streaming A alone there: 3172 -> 3272. */
+#define KSLICE_L1 1024
 /* 4-bit rows [kbeg, kend) of a 32-column panel -> the 8-bit layout at dst + kbeg * 32 */
 static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t kend,
                          uint8_t *dst) {
@@ -222,7 +245,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
      * one process, alternated, medians of 15): 1447 / 1574 / 1470 -> 1635 / 1715 / 1806 GOPS;
      * at 64 rows (two blocks) the slices stayed ahead (2336 / 2280 / 2490 against 2143 / 2250 /
      * 2177). */
-    const int64_t KSL = kp <= KSLICE_FULL || nip == 1 ? kp : KSLICE;
+    const int64_t KSL =
+        nip == 1 || kp <= KSLICE_L1 ? kp : (kp <= 2048 || jb->m >= 512 ? KSLICE_L1 : KSLICE);
     const int64_t nkb = (kp + KSL - 1) / KSL;
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
@@ -275,8 +299,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 }
                 for (int64_t st = 0; st < steps; st++) {
                     const int64_t k = kbeg + st * 64;
-                    AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
-                               bs1 + st * 2048, 128);
+                    AMX_STEP22_SA(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
+                                  bs1 + st * 2048, 128);
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                     if (jb->pfw && last && st * per < 32) {
