@@ -260,18 +260,19 @@ static void test_float_path_exact(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     static const int64_t shapes[][3] = {
         {300, 560, 700}, /* one K slice, 2 x 2 tasks, ragged edges */
-        {70, 100, 2500}, /* slices of 512, K not a multiple of 64 */
-        {200, 70, 1536}, /* whole K; blocks of 32 and 256 divide it */
-        {530, 40, 2049}, /* just past the whole-K limit: sliced, taller tasks */
-        {33, 65, 2048},  /* exactly the whole-K limit */
+        {70, 100, 2500}, /* panel order, slices of 1024 and a short last one; K % 64 != 0 */
+        {200, 70, 1536}, /* panel order, two slices; blocks of 32 and 256 divide K */
+        {530, 40, 2049}, /* panel order, three slices (the last of 64), two row tasks */
+        {33, 65, 2048},  /* two row blocks, two slices */
+        {300, 40, 4200}, /* a task's A over 1 MiB: slice order, slices of 512 */
         {520, 544, 256}, /* C of 1.1 MiB: ordinary stores, lines fetched for writing ahead */
         {1024, 4100, 4}, /* C of 16 MiB: rows written with streaming stores */
-        {20, 70, 2100},  /* one row block past the whole-K limit: still whole K */
+        {20, 70, 2100},  /* one row block: the whole K in its tiles */
         /* C of 16 MiB in blocks along K: streamed through the chunked scaling (m-row tiles for
          * 16 rows, 32-row blocks for 64) */
         {16, 262144, 64},
         {64, 65536, 64},
-        {1024, 40, 2048}, /* A packed for the tiles is 2 MiB: written with streaming stores */
+        {1024, 40, 2048}, /* A of 2 MiB, packed by the tasks of four row groups */
     };
     for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
         const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 3;
@@ -328,6 +329,53 @@ static void test_float_path_exact(void) {
         free(ref4);
         free(B4);
     }
+    ember_context_destroy(ctx);
+}
+
+/* A C of 16 MiB (rows streamed to memory) from the tiles' panel order (K in two slices): every
+ * output written, and sampled outputs equal to their int32 sums exactly (unit scales, small
+ * values). Sampled because the full reference is 4.5e9 products. The vector tiers run it too. */
+static void test_float_panels_streamed(void) {
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    const int64_t m = 1024, n = 4100, k = 1100, lda = k + 5;
+    int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
+    float *C = aligned_alloc(64, ((size_t)(m * n) * 4 + 63) / 64 * 64);
+    CU_ASSERT_FATAL(A && B && C);
+    rand_i8(A, (size_t)(m * lda), -40, 40);
+    rand_i8(B, (size_t)(k * n), -40, 40); /* |sum| <= 1100 * 1600 < 2^24 */
+    ember__qpack p;
+    TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, 8, B, NULL));
+    for (int t = EMBER__QT_AVX2; t < EMBER__QT_COUNT; t++) {
+        if (!ember__qtier_available((ember__qtier)t))
+            continue;
+        for (int64_t i = 0; i < m * n; i++)
+            C[i] = NAN;
+        TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, lda, NULL, &p, C, n));
+        int64_t unwritten = 0, wrong = 0;
+        for (int64_t i = 0; i < m * n; i++)
+            unwritten += C[i] != C[i];
+        for (int q = 0; q < 4000; q++) {
+            /* every row's first and last columns, and random ones */
+            const int64_t i = q < 2048 ? q % m : (int64_t)(tu_next(&rng) % (uint64_t)m);
+            const int64_t j =
+                q < 1024 ? 0 : (q < 2048 ? n - 1 : (int64_t)(tu_next(&rng) % (uint64_t)n));
+            int32_t ref = 0;
+            for (int64_t e = 0; e < k; e++)
+                ref += (int32_t)A[i * lda + e] * (int32_t)B[e * n + j];
+            wrong += !(C[i * n + j] == (float)ref);
+        }
+        if (unwritten || wrong)
+            printf("\n  %s: %lld outputs unwritten, %lld of 4000 sampled wrong",
+                   ember__qtier_name((ember__qtier)t), (long long)unwritten, (long long)wrong);
+        CU_ASSERT_EQUAL(unwritten, 0);
+        CU_ASSERT_EQUAL(wrong, 0);
+    }
+    ember__qpack_free(&p);
+    free(A);
+    free(B);
+    free(C);
     ember_context_destroy(ctx);
 }
 
@@ -1102,6 +1150,7 @@ int main(void) {
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
         {"float-output tile path exact (unit scales)", test_float_path_exact},
+        {"float output of 16 MiB in panel order, sampled exact", test_float_panels_streamed},
         {"direct (unpacked) kernel for first decode calls", test_direct},
         {"q_matmul entry: schemes, declines, pack cache", test_q_matmul_entry},
         {"q_matmul entry: batched", test_q_matmul_batched},

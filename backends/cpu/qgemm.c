@@ -657,27 +657,20 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
          * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */
         if (amx) {
-            /* K up to 2048 (one slice, or two of 1024: qgemm_amx.c, KSLICE_L1): tasks of
-             * 256 x 512, A's 256 rows (<= 512 KiB) in L2 across the task's panels, the sums of
-             * its 128 blocks (512 KiB) in scratch. Measured (2048^3, whole K, one interleaved
-             * run, medians of 15): 2352 GOPS against 1932 with the 512 x 256 tasks in slices of
-             * 512; at K = 4096 the sliced tasks stay ahead. */
-            if (p->kp <= 2048) {
-                mb = 256;
-                nb = 512;
-            } else {
-                /* over 512 rows, tasks of 256 x 256 (A's slice and the sums half the size):
-                 * 4096^3 1.26-1.34 -> 1.34-1.43 of oneDNN reordered (bench_qgemm, 2 threads,
-                 * seven alternations); at 512 rows they lost (1.60-1.66 -> 1.54-1.59) */
-                mb = mp > 512 ? 256 : 512;
-                nb = 256;
-                /* Block scales along K (block_chunked walks the whole K per 32 x 32 block): 256
-                 * rows, A's 2 MiB at K = 4096 halved. 512 x 4096^2, 8-bit, blocks of 32 / 64 /
-                 * 128 (one process, one run each, medians of 200 calls): 1005 / 1634 / 1858 -> 1072
-                 * / 1771 / 2411 GOPS; 4-bit blocks of 32 1009 -> 1069. */
-                if (p->nch > 1)
-                    mb = 256;
-            }
+            /* Tasks of 256 rows (A's rows x K, up to 1 MiB at K = 4096, stay in L2 across the
+             * task's panels: qgemm_amx.c, block_panels), 512 columns up to K = 2048 and 256
+             * beyond (the sums of the task's blocks then fit the scratch). Measured (2048^3,
+             * whole K, one interleaved run, medians of 15): 2352 GOPS against 1932 with 512 x 256
+             * tasks in slices of 512. Over 512 rows at K = 4096, 256 rows against 512: 4096^3
+             * 1.26-1.34 -> 1.34-1.43 of oneDNN reordered (bench_qgemm, seven alternations); at
+             * 512 rows too since the panel order (one binary, calls back to back, alternated,
+             * GOPS: 512 x 4096^2 4751 / 4768 -> 5570 / 5362; with 256 MiB written between calls
+             * level, 4247 / 4164 -> 4257 / 4188). With block scales along K (block_chunked walks
+             * the whole K per 32 x 32 block) 256 rows were measured before: 512 x 4096^2, 8-bit,
+             * blocks of 32 / 64 / 128, 1005 / 1634 / 1858 -> 1072 / 1771 / 2411 GOPS; 4-bit blocks
+             * of 32 1009 -> 1069. */
+            mb = 256;
+            nb = p->kp <= 2048 ? 512 : 256;
         } else {
             mb = 64;
             nb = 128;
@@ -713,8 +706,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * 5521 / 5468, 4096^3 5489 -> 5716, 512 x 4096^2 4724 -> 5009; 1024^3, 128 x 4096^2, 32 x
      * 4096^2, 8 and 1 x 4096^2, 128 x 11008 x 4096 level. In bench_qgemm's rounds (other rows
      * between the calls) 2048^3 read 4818 / 4965 / 4833 -> 5012 / 4923 / 4693. */
-    pack_a_arg pa = {p, A, lda, m, mp, ap, rs, amx,
-                     t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    pack_a_arg pa = {p,  A,   lda,
+                     m,  mp,  ap,
+                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
     for (int64_t q = 0; q < mp / 16; q++)
         atomic_init(&pstate[q], 0);
 

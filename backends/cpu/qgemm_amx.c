@@ -230,6 +230,133 @@ static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t
         }
 }
 
+/* The cached product in panel order: each 32-column panel of the task is finished (all its K
+ * slices, every row block) before the next, the sums of its row blocks waiting in scratch between
+ * slices. Its B slice stays in L1 across the row blocks as in block_pipelined, and B is read as
+ * one stream (a panel's slices lie one after the other, and the next panel after them); the
+ * task's A (rows x K, at most PANEL_A_MAX) stays in L2 across the panels. The f32 scaling of a
+ * finished panel's rows is spread evenly over every K step of the next panel: in block_pipelined
+ * all of it falls in the last slice, and at 2048^3 (two slices of 1024) the stores of C to memory
+ * then came at twice the rate and cost 10% (one binary, calls back to back: the scaling removed
+ * altogether 5.5 -> 6.2 TOPS; with the whole K in one slice, where it is spread over every step,
+ * 1%). Used where K takes two slices or more. Against block_pipelined, one binary, calls back to
+ * back, alternated, medians of 5-30, 2 threads, GOPS: 2048^3 5442 / 5565 -> 5707 / 5779, 4096^3
+ * 6006 -> 6204, 128 x 4096^2 3756 -> 4772; with 256 MiB written between calls (B from memory)
+ * 2048^3 4933 / 4938 -> 5119 / 5278, 128 x 4096^2 3174 -> 3397. With K in one slice (1024^3) it
+ * lost 2-7%: the sums of two panels in scratch crowd the 32 KiB B panel out of L1. Slices of 1024
+ * here against 512 at 128 and 256 rows (K = 4096): 3687 / 3822 -> 4450 / 4672 and 4766 / 4617 ->
+ * 5373 / 5185, B from memory level (3404 / 3540 -> 3362 / 3362, 4168 / 4104 -> 4235 / 4136). */
+#define PANEL_A_MAX ((int64_t)1 << 20)
+/* C rows fetched for writing this many rows ahead of the scaling (ordinary stores, job->pfw) */
+#define PANEL_PFW_AHEAD 8
+static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                         uint8_t *unp, int32_t (*acc)[32 * 32]) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, KSL = KSLICE_L1;
+    const int64_t nip = (i1 - i0 + 31) / 32, njp = (j1 - j0 + 31) / 32;
+    const int64_t nkb = (kp + KSL - 1) / KSL;
+    const int64_t rows = i1 - i0;           /* rows of C a panel finishes */
+    const int64_t psteps = nip * (kp / 64); /* K steps of a panel, over its row blocks */
+    const char *bend = (const char *)p->b + (p->np / 32) * (kp / 4) * 128;
+    /* the panel being scaled: its columns, scales, masks, sums and rows done */
+    int64_t ej = -1, edone = 0;
+    int32_t(*eacc)[32 * 32] = NULL;
+    __m512 es0 = _mm512_setzero_ps(), es1 = es0;
+    __mmask16 ek0 = 0, ek1 = 0;
+    for (int64_t jp = 0; jp < njp; jp++) {
+        const int64_t j = j0 + jp * 32;
+        int32_t(*cur)[32 * 32] = acc + (jp % 2) * nip;
+        uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
+        int64_t sidx = 0;                      /* K steps of this panel done */
+        for (int64_t kb = 0; kb < nkb; kb++) {
+            const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
+            const int64_t steps = (kend - kbeg) / 64;
+            const uint8_t *bs;
+            if (p->bits == 8) {
+                bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
+            } else {
+                unpack_slice(p, j, kbeg, kend, u);
+                bs = u + kbeg * 32;
+            }
+            const uint8_t *bs1 = bs + 64;
+            /* the slice after this one in memory (this panel's next, or the next panel's first),
+             * prefetched into L2 a piece per K step */
+            const char *nx = p->bits == 8 ? (const char *)bs + (kend - kbeg) * 32 : NULL;
+            int64_t per_step = 0;
+            if (nx && nx < bend) {
+                const int64_t nkend = kend + KSL < kp ? kend + KSL : kp;
+                const int64_t nbytes = (kend < kp ? nkend - kend : (KSL < kp ? KSL : kp)) * 32;
+                per_step = (nbytes / (nip * steps) + 63) & ~(int64_t)63;
+            } else {
+                nx = NULL;
+            }
+            for (int64_t ii = 0; ii < nip; ii++) {
+                const int64_t i = i0 + ii * 32;
+                const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+                const int8_t *a1 = a0 + 1024;
+                int32_t *ac = cur[ii];
+                if (kb == 0) {
+                    AMX_ZERO4();
+                } else {
+                    _tile_loadd(0, ac, 128);
+                    _tile_loadd(1, ac + 16, 128);
+                    _tile_loadd(2, ac + 16 * 32, 128);
+                    _tile_loadd(3, ac + 16 * 32 + 16, 128);
+                }
+                const char *pfb = nx ? nx + ii * steps * per_step : NULL;
+                for (int64_t st = 0; st < steps; st++, sidx++) {
+                    const int64_t k = kbeg + st * 64;
+                    AMX_STEP22_SA(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
+                                  bs1 + st * 2048, 128);
+                    if (pfb)
+                        for (int64_t l = 0; l < per_step; l += 64)
+                            if (pfb + st * per_step + l < bend)
+                                _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
+                    if (eacc) {
+                        const int64_t target = (sidx + 1) * rows / psteps;
+                        for (; edone < target; edone++) {
+                            const int64_t q = edone;
+                            if (jb->pfw && q + PANEL_PFW_AHEAD < rows) {
+                                const char *o =
+                                    (const char *)(jb->c + (i0 + q + PANEL_PFW_AHEAD) * jb->ldc +
+                                                   ej);
+                                __builtin_prefetch(o, 1, 3);
+                                __builtin_prefetch(o + 64, 1, 3);
+                            }
+                            epi_rows(jb, eacc[q / 32], i0 + (q / 32) * 32, ej, q % 32, q % 32 + 1,
+                                     es0, es1, ek0, ek1);
+                        }
+                    }
+                }
+                _tile_stored(0, ac, 128);
+                _tile_stored(1, ac + 16, 128);
+                _tile_stored(2, ac + 16 * 32, 128);
+                _tile_stored(3, ac + 16 * 32 + 16, 128);
+            }
+        }
+        /* this panel is scaled during the next one (any rows left of the previous first) */
+        for (; eacc && edone < rows; edone++)
+            epi_rows(jb, eacc[edone / 32], i0 + (edone / 32) * 32, ej, edone % 32, edone % 32 + 1,
+                     es0, es1, ek0, ek1);
+        eacc = cur;
+        ej = j;
+        edone = 0;
+        es0 = _mm512_loadu_ps((const float *)p->sb + j);
+        es1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
+        ek0 = ember__tail_mask16(p->n - j);
+        ek1 = ember__tail_mask16(p->n - j - 16);
+        if (jb->pfw)
+            for (int64_t q = 0; q < PANEL_PFW_AHEAD && q < rows; q++) {
+                const char *o = (const char *)(jb->c + (i0 + q) * jb->ldc + j);
+                __builtin_prefetch(o, 1, 3);
+                __builtin_prefetch(o + 64, 1, 3);
+            }
+    }
+    for (; eacc && edone < rows; edone++)
+        epi_rows(jb, eacc[edone / 32], i0 + (edone / 32) * 32, ej, edone % 32, edone % 32 + 1, es0,
+                 es1, ek0, ek1);
+}
+
 static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             uint8_t *unp, int32_t (*acc)[32 * 32]) {
     const ember__qpack *p = jb->p;
@@ -245,6 +372,11 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
      * one process, alternated, medians of 15): 1447 / 1574 / 1470 -> 1635 / 1715 / 1806 GOPS;
      * at 64 rows (two blocks) the slices stayed ahead (2336 / 2280 / 2490 against 2143 / 2250 /
      * 2177). */
+    if (nip >= 2 && kp > KSLICE_L1 && nip * 32 * kp <= PANEL_A_MAX &&
+        2 * nip * (int64_t)sizeof(acc[0]) <= (int64_t)EMBER__AMX_ACC_BYTES) {
+        block_panels(jb, i0, i1, j0, j1, unp, acc);
+        return;
+    }
     const int64_t KSL =
         nip == 1 || kp <= KSLICE_L1 ? kp : (kp <= 2048 || jb->m >= 512 ? KSLICE_L1 : KSLICE);
     const int64_t nkb = (kp + KSL - 1) / KSL;
