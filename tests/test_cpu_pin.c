@@ -2,11 +2,13 @@
  * EMBER_CPU_PIN; backends/cpu/threadpool.c).
  *
  * Checks: by default, with at least num_threads CPUs in the process's mask, worker i runs on the
- * mask's i-th CPU (a task run by worker 1 reports the second CPU); the calling thread's own mask
- * is untouched; 0 (option or variable) leaves the workers unpinned, as does a pool with more
- * threads than CPUs; bad settings fail context creation with INVALID_ARGUMENT and a detail;
- * q_matmul gives the same bits pinned and unpinned. On a machine with one CPU the pinned case is
- * reported and skipped (nothing to pin to). */
+ * mask's i-th CPU (a task run by worker 1 reports the second CPU) while the calling thread is on
+ * the first, and a worker whose CPU the calling thread has moved to moves to a CPU no worker holds
+ * (the test moves the caller with sched_setaffinity and restores it); the calling thread's own
+ * mask is untouched by the library; 0 (option or variable) leaves the workers unpinned, as does a
+ * pool with more threads than CPUs; bad settings fail context creation with INVALID_ARGUMENT and a
+ * detail; q_matmul gives the same bits pinned and unpinned. On a machine with one CPU the pinned
+ * case is reported and skipped (nothing to pin to). */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,8 +54,21 @@ static void where(void *arg, int64_t t, int thread) {
     p->thread[t] = thread;
 }
 
+/* the CPU worker 1 ran its tasks on over up to 50 rounds of 64 tasks; -1 if it took none */
+static int worker_cpu(ember__cpu_state *s) {
+    for (int round = 0; round < 50; round++) {
+        probe p;
+        memset(&p, 0xff, sizeof p);
+        ember__cpu_parallel_for(s, 64, where, &p);
+        for (int t = 0; t < 64; t++)
+            if (p.thread[t] == 1)
+                return p.cpu[t];
+    }
+    return -1;
+}
+
 static void test_default_pins_workers(void) {
-    cpu_set_t before, after;
+    cpu_set_t before, after, one;
     int n = cpus_allowed(&before);
     if (n < 2) {
         printf("(one CPU in the mask: nothing to pin to) ");
@@ -64,19 +79,32 @@ static void test_default_pins_workers(void) {
     CU_ASSERT_EQUAL(ember__cpu_pool_pinned(s), 1);
     cpus_allowed(&after);
     CU_ASSERT(CPU_EQUAL(&before, &after)); /* the caller is never pinned */
-    const int want = nth_cpu(&before, 1);
-    int seen = 0;
-    for (int round = 0; round < 50 && !seen; round++) {
-        probe p;
-        memset(&p, 0xff, sizeof p);
-        ember__cpu_parallel_for(s, 64, where, &p);
-        for (int t = 0; t < 64; t++)
-            if (p.thread[t] == 1) {
-                CU_ASSERT_EQUAL(p.cpu[t], want);
-                seen = 1;
-            }
-    }
-    CU_ASSERT(seen); /* the worker took tasks in at least one of 50 rounds */
+    const int first = nth_cpu(&before, 0), second = nth_cpu(&before, 1);
+    /* the caller on the mask's first CPU: the worker stays on the second */
+    CPU_ZERO(&one);
+    CPU_SET((size_t)first, &one);
+    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    CU_ASSERT_EQUAL(worker_cpu(s), second);
+    /* the caller moved to the worker's CPU: the worker moves off it, to a CPU no worker holds
+     * (the first, with two threads), and stays pinned */
+    CPU_ZERO(&one);
+    CPU_SET((size_t)second, &one);
+    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    int w = worker_cpu(s);
+    CU_ASSERT_NOT_EQUAL(w, second);
+    CU_ASSERT(w >= 0 && CPU_ISSET((size_t)w, &before));
+    CU_ASSERT_EQUAL(ember__cpu_pool_pinned(s), 1);
+    /* and back */
+    CPU_ZERO(&one);
+    CPU_SET((size_t)first, &one);
+    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    w = worker_cpu(s);
+    CU_ASSERT_NOT_EQUAL(w, first);
+    CU_ASSERT(w >= 0 && CPU_ISSET((size_t)w, &before));
+    /* the library never changed the caller's own mask (only the test did) */
+    cpus_allowed(&after);
+    CU_ASSERT(CPU_EQUAL(&after, &one));
+    CU_ASSERT_EQUAL(sched_setaffinity(0, sizeof before, &before), 0);
     ember_context_destroy(c);
 }
 
@@ -141,7 +169,7 @@ static void test_same_bits(void) {
 }
 
 static CU_TestInfo pin_tests[] = {
-    {"by default worker i runs on the mask's i-th CPU", test_default_pins_workers},
+    {"by default workers are pinned, off the caller's CPU", test_default_pins_workers},
     {"off, oversubscribed, option over variable", test_off_and_oversubscribed},
     {"bad settings fail context creation", test_bad_settings},
     {"q_matmul: the same bits pinned and unpinned", test_same_bits},

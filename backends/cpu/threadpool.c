@@ -33,7 +33,9 @@ struct pool {
     worker_ctx wc[POOL_MAX]; /* each worker's start argument (no allocation the worker frees:
                                 the allocator's live count must not move behind the caller) */
     int nworkers;
-    int pinned; /* workers created pinned to one CPU */
+    int pinned;           /* workers created pinned to one CPU */
+    int cpu_of[POOL_MAX]; /* a pinned worker's CPU (under busy once the pool runs) */
+    cpu_set_t allowed;    /* the process's mask when the pool started (pinned pools) */
     atomic_int stop;   /* set under mu; read by workers outside it too (after a generation bump) */
     ember__qtier tier; /* the int8 tier of this context */
     /* one reusable scratch region for the kernels' per-call buffers (packed A, row sums): fresh
@@ -99,13 +101,14 @@ static void *worker_main(void *v) {
     }
 }
 
-/* Thread attributes that pin a new thread to the n-th CPU (from 0) of `allowed`; 0 when that
- * cannot be set up (then the thread is made without them). */
-static int pin_attr(const cpu_set_t *allowed, int n, pthread_attr_t *attr) {
+/* Thread attributes that pin a new thread to the n-th CPU (from 0) of `allowed` (its number in
+ * *cpu); 0 when that cannot be set up (then the thread is made without them). */
+static int pin_attr(const cpu_set_t *allowed, int n, pthread_attr_t *attr, int *cpu) {
     int k = 0;
     for (size_t c = 0; c < CPU_SETSIZE; c++) {
         if (!CPU_ISSET(c, allowed) || k++ != n)
             continue;
+        *cpu = (int)c;
         cpu_set_t one;
         CPU_ZERO(&one);
         CPU_SET(c, &one);
@@ -148,7 +151,7 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
         p->wc[i].p = p;
         p->wc[i].thread = i + 1;
         pthread_attr_t attr;
-        int pinned = pin && pin_attr(&allowed, i + 1, &attr);
+        int pinned = pin && pin_attr(&allowed, i + 1, &attr, &p->cpu_of[i]);
         int rc = pthread_create(&p->th[i], pinned ? &attr : NULL, worker_main, &p->wc[i]);
         if (pinned) {
             pthread_attr_destroy(&attr);
@@ -159,11 +162,50 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
         }
         if (rc != 0)
             break;
+        if (!pinned)
+            p->cpu_of[i] = -1;
         p->nworkers = i + 1;
         p->pinned += pinned;
     }
+    if (p->pinned)
+        p->allowed = allowed;
     s->kernels = p;
     return EMBER_OK;
+}
+
+/* Keep the calling thread's CPU free of pinned workers. The workers were pinned beside the CPU
+ * the caller was expected on, but the caller is never pinned and the scheduler moves it: on a
+ * worker's CPU, the woken worker and the caller share that CPU while another stands idle, and
+ * one of them ran a whole call alone (2-vCPU VM, 1024^3 q_matmul, calls back to back: 700-800 us
+ * with the caller on the worker's CPU against 420-520 us beside it). That worker moves to a CPU
+ * of the mask no worker holds (there is one: the pool is pinned only with a CPU for every
+ * thread). Called under busy; one getcpu a call, a syscall only when the caller has moved. */
+static void pool_avoid_caller(pool *p) {
+    const int here = sched_getcpu();
+    if (here < 0 || !p->pinned)
+        return;
+    int w = -1;
+    cpu_set_t held;
+    CPU_ZERO(&held);
+    for (int i = 0; i < p->nworkers; i++) {
+        if (p->cpu_of[i] < 0)
+            continue;
+        CPU_SET((size_t)p->cpu_of[i], &held);
+        if (p->cpu_of[i] == here)
+            w = i;
+    }
+    if (w < 0)
+        return;
+    for (size_t c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &p->allowed) || CPU_ISSET(c, &held) || (int)c == here)
+            continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (pthread_setaffinity_np(p->th[w], sizeof one, &one) == 0)
+            p->cpu_of[w] = (int)c;
+        return;
+    }
 }
 
 int ember__cpu_pool_pinned(const ember__cpu_state *s) {
@@ -202,6 +244,7 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
         run_inline(n_tasks, fn, arg);
         return;
     }
+    pool_avoid_caller(p);
     job j = {.fn = fn, .arg = arg, .n = n_tasks};
     atomic_init(&j.next, 0);
     atomic_store_explicit(&p->job, &j, memory_order_seq_cst);

@@ -61,9 +61,11 @@ typedef struct ember_options {
      * affinity mask (worker i to the mask's i-th CPU, the first left to the calling thread), when
      * the mask has at least num_threads CPUs. Without it the scheduler often put a woken worker on
      * the caller's CPU, so that one of the two ran a whole short call alone (measured on a 2-vCPU
-     * VM: q_matmul at 1 x 4096^2 with 2 ms of other work between calls, 0.56 ms -> 0.36 ms). -1
-     * (default): EMBER_CPU_PIN (0 or 1), else on; 0: off; 1: on. The calling thread is never
-     * pinned. */
+     * VM: q_matmul at 1 x 4096^2 with 2 ms of other work between calls, 0.56 ms -> 0.36 ms). A
+     * worker whose CPU the calling thread runs on when a call starts moves to a CPU of the mask
+     * that no worker holds (else the two shared one CPU and one of them ran the call alone: 1024^3
+     * q_matmul 700-800 us against 420-520 us). -1 (default): EMBER_CPU_PIN (0 or 1), else on; 0:
+     * off; 1: on. The calling thread is never pinned. */
     int cpu_pin_threads;
 } ember_options;
 
