@@ -539,7 +539,8 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
 typedef struct run_arg {
     const ember__qjob *job;
     ember__qblock_fn fn;
-    int64_t mb, nb, ntn;
+    int64_t mb, nb, ntn, nti;
+    int colmajor; /* tasks numbered column block by column block (see qgemm_run) */
     slot_map *slots;
     const pack_a_arg *pa; /* A, packed by the tasks that need it */
     atomic_uchar *pstate; /* per 16 rows of A: 0 to pack, 1 being packed, 2 packed */
@@ -573,7 +574,8 @@ static void ensure_packed(const run_arg *r, int64_t i0, int64_t i1, int thread) 
 
 static void run_task(void *varg, int64_t task, int thread) {
     const run_arg *r = varg;
-    const int64_t ti = task / r->ntn, tj = task % r->ntn;
+    const int64_t ti = r->colmajor ? task % r->nti : task / r->ntn,
+                  tj = r->colmajor ? task / r->nti : task % r->ntn;
     const int64_t i0 = ti * r->mb, j0 = tj * r->nb;
     int64_t i1 = i0 + r->mb, j1 = j0 + r->nb;
     if (i1 > r->job->mp)
@@ -745,9 +747,21 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
                  mb,
                  nb,
                  (p->np + nb - 1) / nb,
+                 (mp + mb - 1) / mb,
+                 0,
                  &slots,
                  &pa,
                  pstate};
+    /* With no more row blocks than threads, the tasks are numbered column block by column block:
+     * the threads then take the row blocks of one column block side by side, each keeping its
+     * own rows of A in its cache and the pair reading that block of B from memory once, where the
+     * row-major numbering had both threads on one row block and every column block of B read
+     * again for each row block. bench_qgemm --shape 512,4096,4096 (two row blocks of 256), six
+     * alternations: 4352 / 4245 / 4264 / 4045 / 3866 / 3983 -> 4595 / 4506 / 4547 / 3950 / 4129 /
+     * 4618 GOPS; at K = 2048 level (4351 / 4166 -> 4152 / 4063). With many row blocks it lost
+     * (4096^3: 5149 / 5240 / 5471 -> 4443 / 4594 / 4436: A then comes from memory, unprefetched,
+     * in every task). */
+    r.colmajor = r.nti > 1 && r.nti <= nt;
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
      * verdict did not hold: the VM's state changes within seconds, and in a bench run where it

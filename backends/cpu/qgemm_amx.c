@@ -202,7 +202,9 @@ epi_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j, int64_
  * with ordinary loads it pushed the B slice out of L1), and the int32 sums of all the task's
  * blocks wait in per-thread scratch between slices. The next B slice is prefetched into L2
  * meanwhile. In the last slice the f32 scaling of each block is spread over the K steps of the
- * next block of the same panel (vector work while the tile unit multiplies). */
+ * next block of the same panel (vector work while the tile unit multiplies). This order serves K
+ * in one slice, one row block, and tasks whose A is over PANEL_A_MAX; other tasks whose K takes
+ * several slices run in panel order (block_panels, below). */
 #define KSLICE 512
 /* The K slice: the whole (padded) K up to KSLICE_L1, so that each 32 x 32 block accumulates in
  * its tiles from start to end (no int32 round trips through scratch, one drain per block);
