@@ -104,6 +104,20 @@ static inline void bench_footer(bench_format f) {
         printf("\n]\n");
 }
 
+/* The order of one round of interleaved rows: 0..n-1 shuffled (Fisher-Yates) from the xorshift
+ * state *x, so that no row always follows the same one (a row meets what the row before it left
+ * in the caches); the caller seeds *x, so runs repeat. */
+static inline void bench_shuffle(int *order, int n, uint64_t *x) {
+    for (int q = 0; q < n; q++)
+        order[q] = q;
+    for (int q = n - 1; q > 0; q--) {
+        *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+        const int pick = (int)(*x % (uint64_t)(q + 1)), tmp = order[q];
+        order[q] = order[pick];
+        order[pick] = tmp;
+    }
+}
+
 /* xorshift64*: reproducible inputs in [-1, 1). */
 static inline void bench_fill(float *x, size_t n, uint64_t seed) {
     uint64_t s = seed | 1;

@@ -2,10 +2,11 @@
  *
  * For each shape every available "provider" (one kernel path) runs once to warm up, then all of
  * them run in turn, round after round, each round in a shuffled order (interleaved, so that a
- * noisy neighbour or a clock change hits them alike, and no row always follows the same one), and each row reports the median and minimum of its rounds, GOPS (2mnk per
- * call), and the largest error on sampled outputs against a float64 product of the same f32
- * inputs. The first provider of the table, the direct cblas_sgemm call, is the reference: the
- * table's vs_ref column is each row's GOPS over it.
+ * noisy neighbour or a clock change hits them alike, and no row always follows the same one), and
+ * each row reports the median and minimum of its rounds, GOPS (2mnk per call), and the largest
+ * error on sampled outputs against a float64 product of the same f32 inputs. The first provider of
+ * the table, the direct cblas_sgemm call, is the reference: the table's vs_ref column is each row's
+ * GOPS over it.
  *
  * Adding rows (int8 CPU kernels, oneDNN, OpenCL devices): write a provider (setup / run / result
  * / teardown below) and list it in `providers[]`. setup() returns 0 to skip where the path is not
@@ -631,14 +632,7 @@ int main(int argc, char **argv) {
         uint64_t ox = 0x9e3779b97f4a7c15ull;
         for (int r = 0; r < reps && !failed; r++) {
             int order[NPROV];
-            for (int q = 0; q < NPROV; q++)
-                order[q] = q;
-            for (int q = NPROV - 1; q > 0; q--) {
-                ox ^= ox << 13, ox ^= ox >> 7, ox ^= ox << 17;
-                const int pick = (int)(ox % (uint64_t)(q + 1)), tmp = order[q];
-                order[q] = order[pick];
-                order[pick] = tmp;
-            }
+            bench_shuffle(order, NPROV, &ox);
             for (int qi = 0; qi < NPROV; qi++) {
                 const int q = order[qi];
                 if (!ready[q])

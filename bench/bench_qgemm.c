@@ -48,6 +48,7 @@
 #include <cblas.h>
 
 #include "backends/cpu/qgemm.h"
+#include "bench_common.h"
 #include "blas_coretype.h"
 
 #ifdef EMBER_BENCH_HAVE_DNNL
@@ -524,14 +525,11 @@ int main(int argc, char **argv) {
             uint64_t ox = 0x9e3779b97f4a7c15ull;
             for (int r = -1; r < reps; r++) {
                 int order[NROWS];
-                for (int q = 0; q < NROWS; q++)
-                    order[q] = q;
-                for (int q = NROWS - 1; r >= 0 && q > 0; q--) {
-                    ox ^= ox << 13, ox ^= ox >> 7, ox ^= ox << 17;
-                    const int pick = (int)(ox % (uint64_t)(q + 1)), tmp = order[q];
-                    order[q] = order[pick];
-                    order[pick] = tmp;
-                }
+                if (r >= 0)
+                    bench_shuffle(order, NROWS, &ox);
+                else
+                    for (int q = 0; q < NROWS; q++)
+                        order[q] = q;
                 for (int q = 0; q < NROWS; q++) {
                     const int row = order[q];
                     double t0 = now();

@@ -46,35 +46,25 @@ static void tile_config(int ks) {
     tile_load_config(&cfg);
 }
 
-/* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1, B tiles (tmm6, tmm7) at B0 and
- * B1, row strides LDA and LDB, products into tmm0-3 with DP (_tile_dpbsud on biased unsigned B,
- * _tile_dpbssd on signed B). Loads and products interleave so that the tile unit starts on the
- * first pair while the others load. */
-#define AMX_STEP22(DP, A0, A1, LDA, B0, B1, LDB)                                                   \
+/* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1 loaded by LOADA, B tiles (tmm6,
+ * tmm7) at B0 and B1, row strides LDA and LDB, products into tmm0-3 with DP (_tile_dpbsud on
+ * biased unsigned B, _tile_dpbssd on signed B). Loads and products interleave so that the tile
+ * unit starts on the first pair while the others load. */
+#define AMX_STEP22_L(LOADA, DP, A0, A1, LDA, B0, B1, LDB)                                          \
     do {                                                                                           \
-        _tile_loadd(4, (A0), (LDA));                                                               \
+        LOADA(4, (A0), (LDA));                                                                     \
         _tile_loadd(6, (B0), (LDB));                                                               \
         DP(0, 4, 6);                                                                               \
         _tile_loadd(7, (B1), (LDB));                                                               \
         DP(1, 4, 7);                                                                               \
-        _tile_loadd(5, (A1), (LDA));                                                               \
+        LOADA(5, (A1), (LDA));                                                                     \
         DP(2, 5, 6);                                                                               \
         DP(3, 5, 7);                                                                               \
     } while (0)
-
-/* AMX_STEP22 with A's tiles loaded by TILELOADDT1 (a hint that the data is used once: it is not
- * kept in L1), for loops whose B slice is reused from L1 while each A piece passes once */
-#define AMX_STEP22_SA(DP, A0, A1, LDA, B0, B1, LDB)                                                \
-    do {                                                                                           \
-        _tile_stream_loadd(4, (A0), (LDA));                                                        \
-        _tile_loadd(6, (B0), (LDB));                                                               \
-        DP(0, 4, 6);                                                                               \
-        _tile_loadd(7, (B1), (LDB));                                                               \
-        DP(1, 4, 7);                                                                               \
-        _tile_stream_loadd(5, (A1), (LDA));                                                        \
-        DP(2, 5, 6);                                                                               \
-        DP(3, 5, 7);                                                                               \
-    } while (0)
+#define AMX_STEP22(...) AMX_STEP22_L(_tile_loadd, __VA_ARGS__)
+/* A's tiles loaded by TILELOADDT1 (a hint that the data is used once: it is not kept in L1), for
+ * loops whose B slice is reused from L1 while each A piece passes once */
+#define AMX_STEP22_SA(...) AMX_STEP22_L(_tile_stream_loadd, __VA_ARGS__)
 
 /* One K step of a 1 x 2 block (the thin kernels): A tile tmm4 at A0, B tiles tmm6 and tmm7 at B0
  * and B0 + 64 (row stride 128), products into tmm0 and tmm1 with DP. */
@@ -85,6 +75,22 @@ static void tile_config(int ks) {
         DP(0, 4, 6);                                                                               \
         _tile_loadd(7, (B0) + 64, 128);                                                            \
         DP(1, 4, 7);                                                                               \
+    } while (0)
+
+/* the four accumulator tiles of a 32 x 32 block stored to / loaded from P (int32, row stride 32) */
+#define AMX_STORE4(P)                                                                              \
+    do {                                                                                           \
+        _tile_stored(0, (P), 128);                                                                 \
+        _tile_stored(1, (P) + 16, 128);                                                            \
+        _tile_stored(2, (P) + 16 * 32, 128);                                                       \
+        _tile_stored(3, (P) + 16 * 32 + 16, 128);                                                  \
+    } while (0)
+#define AMX_LOAD4(P)                                                                               \
+    do {                                                                                           \
+        _tile_loadd(0, (P), 128);                                                                  \
+        _tile_loadd(1, (P) + 16, 128);                                                             \
+        _tile_loadd(2, (P) + 16 * 32, 128);                                                        \
+        _tile_loadd(3, (P) + 16 * 32 + 16, 128);                                                   \
     } while (0)
 
 /* the four accumulator tiles cleared */
@@ -154,10 +160,7 @@ static void tile_block(const int8_t *a0, const int8_t *a1, const uint8_t *b0, co
             AMX_STEP22(_tile_dpbsud, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
         }
     }
-    _tile_stored(0, out, 128);
-    _tile_stored(1, out + 16, 128);
-    _tile_stored(2, out + 16 * 32, 128);
-    _tile_stored(3, out + 16 * 32 + 16, 128);
+    AMX_STORE4(out);
 }
 
 /* 32 floats of a row of C at o (columns past n masked off). Where C is large (jb->nt_store), a
@@ -232,6 +235,16 @@ static void unpack_slice(const ember__qpack *p, int64_t j, int64_t kbeg, int64_t
         }
 }
 
+/* The K steps [kbeg, kend) of the 32-column panel at column j as the tiles read them (K step
+ * kbeg + x at the result + x * 32): 8-bit B as packed, 4-bit B unpacked into u first. */
+static inline const uint8_t *panel_slice(const ember__qpack *p, int64_t j, int64_t kbeg,
+                                         int64_t kend, uint8_t *u) {
+    if (p->bits == 8)
+        return p->b + (j / 32) * (p->kp / 4) * 128 + kbeg * 32;
+    unpack_slice(p, j, kbeg, kend, u);
+    return u + kbeg * 32;
+}
+
 /* The cached product in panel order: each 32-column panel of the task is finished (all its K
  * slices, every row block) before the next, the sums of its row blocks waiting in scratch between
  * slices. Its B slice stays in L1 across the row blocks as in block_pipelined, and B is read as
@@ -273,14 +286,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
         for (int64_t kb = 0; kb < nkb; kb++) {
             const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
             const int64_t steps = (kend - kbeg) / 64;
-            const uint8_t *bs;
-            if (p->bits == 8) {
-                bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
-            } else {
-                unpack_slice(p, j, kbeg, kend, u);
-                bs = u + kbeg * 32;
-            }
-            const uint8_t *bs1 = bs + 64;
+            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u), *bs1 = bs + 64;
             /* the slice after this one in memory (this panel's next, or the next panel's first),
              * prefetched into L2 a piece per K step */
             const char *nx = p->bits == 8 ? (const char *)bs + (kend - kbeg) * 32 : NULL;
@@ -300,10 +306,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                 if (kb == 0) {
                     AMX_ZERO4();
                 } else {
-                    _tile_loadd(0, ac, 128);
-                    _tile_loadd(1, ac + 16, 128);
-                    _tile_loadd(2, ac + 16 * 32, 128);
-                    _tile_loadd(3, ac + 16 * 32 + 16, 128);
+                    AMX_LOAD4(ac);
                 }
                 const char *pfb = nx ? nx + ii * steps * per_step : NULL;
                 for (int64_t st = 0; st < steps; st++, sidx++) {
@@ -330,10 +333,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                         }
                     }
                 }
-                _tile_stored(0, ac, 128);
-                _tile_stored(1, ac + 16, 128);
-                _tile_stored(2, ac + 16 * 32, 128);
-                _tile_stored(3, ac + 16 * 32 + 16, 128);
+                AMX_STORE4(ac);
             }
         }
         /* this panel is scaled during the next one (any rows left of the previous first) */
@@ -389,16 +389,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         const int64_t per = (32 + steps - 1) / steps; /* epilogue rows per K step */
         for (int64_t jp = 0; jp < njp; jp++) {
             const int64_t j = j0 + jp * 32;
-            /* bs: this panel's slice, K step kbeg + x at bs + x * 32 */
-            const uint8_t *bs;
             uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
-            if (p->bits == 8) {
-                bs = p->b + (j / 32) * (kp / 4) * 128 + kbeg * 32;
-            } else {
-                unpack_slice(p, j, kbeg, kend, u);
-                bs = u + kbeg * 32;
-            }
-            const uint8_t *bs1 = bs + 64;
+            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u), *bs1 = bs + 64;
             /* the B slice used next, prefetched into L2 a piece per K step of each row block */
             const char *nx = NULL;
             if (p->bits == 8) {
@@ -426,10 +418,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 if (kb == 0) {
                     AMX_ZERO4();
                 } else {
-                    _tile_loadd(0, ac, 128);
-                    _tile_loadd(1, ac + 16, 128);
-                    _tile_loadd(2, ac + 16 * 32, 128);
-                    _tile_loadd(3, ac + 16 * 32 + 16, 128);
+                    AMX_LOAD4(ac);
                 }
                 for (int64_t st = 0; st < steps; st++) {
                     const int64_t k = kbeg + st * 64;
@@ -454,10 +443,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                     }
                 }
                 int32_t *dst = last ? buf[cur] : ac;
-                _tile_stored(0, dst, 128);
-                _tile_stored(1, dst + 16, 128);
-                _tile_stored(2, dst + 16 * 32, 128);
-                _tile_stored(3, dst + 16 * 32 + 16, 128);
+                AMX_STORE4(dst);
                 if (last) {
                     prev_i = i;
                     prev_rows = jb->m - i < 32 ? jb->m - i : 32;
@@ -749,10 +735,7 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
                               k1m);
                 int32_t *dst = buf[c & 1];
-                _tile_stored(0, dst, 128);
-                _tile_stored(1, dst + 16, 128);
-                _tile_stored(2, dst + 16 * 32, 128);
-                _tile_stored(3, dst + 16 * 32 + 16, 128);
+                AMX_STORE4(dst);
             }
             epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
         }
@@ -879,10 +862,7 @@ double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf) {
                 for (int64_t k = 0; k < kp; k += 64)
                     AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, b0 + k * 32, b1 + k * 32,
                                128);
-                _tile_stored(0, out, 128);
-                _tile_stored(1, out + 16, 128);
-                _tile_stored(2, out + 16 * 32, 128);
-                _tile_stored(3, out + 16 * 32 + 16, 128);
+                AMX_STORE4(out);
             }
         }
     _tile_release();
