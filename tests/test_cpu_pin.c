@@ -25,6 +25,7 @@ static ember_context *ctx_pin(int pin, int threads) {
     o.num_threads = threads;
     ember_context *c = NULL;
     TU_OK(ember_context_create(&o, &c));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c); /* e.g. a bad EMBER_CPU_MAX_ISA in the environment */
     return c;
 }
 

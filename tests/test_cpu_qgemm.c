@@ -800,6 +800,7 @@ static void test_wide_same_bits(void) {
         o.dynamic_activation_quant = 1;
         ctx[c] = NULL;
         TU_OK(ember_context_create(&o, &ctx[c]));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(ctx[c]); /* e.g. a bad EMBER_CPU_MAX_ISA in the environment */
     }
     const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     const ember_qscheme sk =
@@ -903,6 +904,7 @@ static ember_context *cpu_threads(int threads) {
     o.num_threads = threads;
     ember_context *ctx = NULL;
     TU_OK(ember_context_create(&o, &ctx));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
     return ctx;
 }
 

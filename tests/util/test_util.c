@@ -9,6 +9,18 @@
 const ember_device TU_CPU = {EMBER_BACKEND_CPU, 0};
 
 int tu_run(const char *name, CU_SuiteInfo *suites) {
+    /* The suites create contexts with the environment's EMBER_* settings and take success for
+     * granted past their first check; a setting that no context accepts (EMBER_CPU_MAX_ISA=avx512,
+     * say) is reported once here instead of as a crash in the middle of a suite. */
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    ember_context *probe = NULL;
+    if (ember_context_create(&o, &probe) != EMBER_OK) {
+        fprintf(stderr, "%s: no context can be made in this environment: %s\n", name,
+                ember_last_error());
+        return 2;
+    }
+    ember_context_destroy(probe);
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     if (CU_register_suites(suites) != CUE_SUCCESS) {
