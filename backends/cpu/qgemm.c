@@ -656,8 +656,6 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         if (amx && nb > 256) /* the AMX scratch holds tasks of up to 256 columns */
             nb = 256;
     } else {
-        /* AMX: tasks of 512 rows x 256 columns, walked in K slices (qgemm_amx.c): a slice of
-         * the task's A (256 KiB) stays in L2, its int32 sums (512 KiB) sit in scratch */
         if (amx) {
             /* Tasks of 256 rows (A's rows x K, up to 1 MiB at K = 4096, stay in L2 across the
              * task's panels: qgemm_amx.c, block_panels), 512 columns up to K = 2048 and 256
@@ -683,7 +681,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
         while (nb > 32 && ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb) < 4 * nt)
             nb /= 2;
     }
-    const int64_t ntasks = ((mp + mb - 1) / mb) * ((p->np + nb - 1) / nb);
+    const int64_t nti = (mp + mb - 1) / mb, ntn = (p->np + nb - 1) / nb; /* row, column blocks */
+    const int64_t ntasks = nti * ntn;
     const int64_t nscr = per ? (ntasks < nt ? ntasks : nt) : 0; /* buffers: one a thread at work */
     const size_t pbytes = round_up64((size_t)nscr * sizeof(uint8_t *));
     const size_t psbytes = round_up64((size_t)(mp / 16));
@@ -741,17 +740,6 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     }
     slot_map slots;
     slots_init(&slots);
-    run_arg r = {&job,
-                 thin == 2 ? ember__qblock_amx_thin_chunked
-                           : (thin ? ember__qblock_amx_thin : block_fn(t)),
-                 mb,
-                 nb,
-                 (p->np + nb - 1) / nb,
-                 (mp + mb - 1) / mb,
-                 0,
-                 &slots,
-                 &pa,
-                 pstate};
     /* With no more row blocks than threads, the tasks are numbered column block by column block:
      * the threads then take the row blocks of one column block side by side, each keeping its
      * own rows of A in its cache and the pair reading that block of B from memory once, where the
@@ -760,8 +748,18 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * alternations: 4352 / 4245 / 4264 / 4045 / 3866 / 3983 -> 4595 / 4506 / 4547 / 3950 / 4129 /
      * 4618 GOPS; at K = 2048 level (4351 / 4166 -> 4152 / 4063). With many row blocks it lost
      * (4096^3: 5149 / 5240 / 5471 -> 4443 / 4594 / 4436: A then comes from memory, unprefetched,
-     * in every task). */
-    r.colmajor = r.nti > 1 && r.nti <= nt;
+     * in every task): colmajor below. */
+    run_arg r = {&job,
+                 thin == 2 ? ember__qblock_amx_thin_chunked
+                           : (thin ? ember__qblock_amx_thin : block_fn(t)),
+                 mb,
+                 nb,
+                 ntn,
+                 nti,
+                 nti > 1 && nti <= nt,
+                 &slots,
+                 &pa,
+                 pstate};
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
      * verdict did not hold: the VM's state changes within seconds, and in a bench run where it
@@ -769,7 +767,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * 1115-1173 on one, and ember on one 1506-1732. Measured with the unit shared, two threads
      * against one (same process, alternated, medians of 9, three rounds): 2048^3 1162 / 1297,
      * 1075 / 980, 973 / 1022; 1024^3 1596 / 1564, 1215 / 1434, 1475 / 1390: within the noise.) */
-    ember__cpu_parallel_for(s, ((mp + mb - 1) / mb) * r.ntn, run_task, &r);
+    ember__cpu_parallel_for(s, ntasks, run_task, &r);
     call_mem_done(s, mem, from_scratch);
     return EMBER_OK;
 }

@@ -197,6 +197,15 @@ epi_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j, int64_
     }
 }
 
+/* The 32 floats of C at row i, column j fetched for writing ahead of their scaling (a C written
+ * with ordinary stores, job->pfw) */
+static inline __attribute__((always_inline)) void fetch_c_row(const ember__qjob *jb, int64_t i,
+                                                              int64_t j) {
+    const char *o = (const char *)(jb->c + i * jb->ldc + j);
+    __builtin_prefetch(o, 1, 3);
+    __builtin_prefetch(o + 64, 1, 3);
+}
+
 /* One K chunk, float output (the common case), in the GotoBLAS order: the K extent is walked in
  * slices; within a slice every 32-column panel of the task's B is taken in turn, and its slice
  * (up to KSLICE_L1 x 32 bytes, 32 KiB) stays in L1 while every 32-row block of the task
@@ -264,6 +273,29 @@ static inline const uint8_t *panel_slice(const ember__qpack *p, int64_t j, int64
 #define PANEL_A_MAX ((int64_t)1 << 20)
 /* C rows fetched for writing this many rows ahead of the scaling (ordinary stores, job->pfw) */
 #define PANEL_PFW_AHEAD 8
+/* A finished panel waiting for its scaling: its sums (a 32 x 32 block per row block) in acc (NULL:
+ * none yet), its first row i0, column j and rows, the rows scaled so far, B's scales and the
+ * column masks. */
+typedef struct panel_epi {
+    int32_t (*acc)[32 * 32];
+    int64_t i0, j, rows, done;
+    __m512 s0, s1;
+    __mmask16 k0, k1;
+} panel_epi;
+
+/* Rows [e->done, upto) of the waiting panel scaled into C; with job->pfw, the row PANEL_PFW_AHEAD
+ * further fetched for writing. */
+static inline __attribute__((always_inline)) void panel_epi_to(const ember__qjob *jb, panel_epi *e,
+                                                               int64_t upto) {
+    for (; e->acc && e->done < upto; e->done++) {
+        const int64_t q = e->done;
+        if (jb->pfw && q + PANEL_PFW_AHEAD < e->rows)
+            fetch_c_row(jb, e->i0 + q + PANEL_PFW_AHEAD, e->j);
+        epi_rows(jb, e->acc[q / 32], e->i0 + (q / 32) * 32, e->j, q % 32, q % 32 + 1, e->s0, e->s1,
+                 e->k0, e->k1);
+    }
+}
+
 static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                          uint8_t *unp, int32_t (*acc)[32 * 32]) {
     const ember__qpack *p = jb->p;
@@ -273,11 +305,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
     const int64_t rows = i1 - i0;           /* rows of C a panel finishes */
     const int64_t psteps = nip * (kp / 64); /* K steps of a panel, over its row blocks */
     const char *bend = (const char *)p->b + (p->np / 32) * (kp / 4) * 128;
-    /* the panel being scaled: its columns, scales, masks, sums and rows done */
-    int64_t ej = -1, edone = 0;
-    int32_t(*eacc)[32 * 32] = NULL;
-    __m512 es0 = _mm512_setzero_ps(), es1 = es0;
-    __mmask16 ek0 = 0, ek1 = 0;
+    panel_epi e = {NULL, i0, 0, rows, 0, _mm512_setzero_ps(), _mm512_setzero_ps(), 0, 0};
     for (int64_t jp = 0; jp < njp; jp++) {
         const int64_t j = j0 + jp * 32;
         int32_t(*cur)[32 * 32] = acc + (jp % 2) * nip;
@@ -317,46 +345,25 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                         for (int64_t l = 0; l < per_step; l += 64)
                             if (pfb + st * per_step + l < bend)
                                 _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
-                    if (eacc) {
-                        const int64_t target = (sidx + 1) * rows / psteps;
-                        for (; edone < target; edone++) {
-                            const int64_t q = edone;
-                            if (jb->pfw && q + PANEL_PFW_AHEAD < rows) {
-                                const char *o =
-                                    (const char *)(jb->c + (i0 + q + PANEL_PFW_AHEAD) * jb->ldc +
-                                                   ej);
-                                __builtin_prefetch(o, 1, 3);
-                                __builtin_prefetch(o + 64, 1, 3);
-                            }
-                            epi_rows(jb, eacc[q / 32], i0 + (q / 32) * 32, ej, q % 32, q % 32 + 1,
-                                     es0, es1, ek0, ek1);
-                        }
-                    }
+                    panel_epi_to(jb, &e, (sidx + 1) * rows / psteps);
                 }
                 AMX_STORE4(ac);
             }
         }
         /* this panel is scaled during the next one (any rows left of the previous first) */
-        for (; eacc && edone < rows; edone++)
-            epi_rows(jb, eacc[edone / 32], i0 + (edone / 32) * 32, ej, edone % 32, edone % 32 + 1,
-                     es0, es1, ek0, ek1);
-        eacc = cur;
-        ej = j;
-        edone = 0;
-        es0 = _mm512_loadu_ps((const float *)p->sb + j);
-        es1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
-        ek0 = ember__tail_mask16(p->n - j);
-        ek1 = ember__tail_mask16(p->n - j - 16);
+        panel_epi_to(jb, &e, rows);
+        e.acc = cur;
+        e.j = j;
+        e.done = 0;
+        e.s0 = _mm512_loadu_ps((const float *)p->sb + j);
+        e.s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
+        e.k0 = ember__tail_mask16(p->n - j);
+        e.k1 = ember__tail_mask16(p->n - j - 16);
         if (jb->pfw)
-            for (int64_t q = 0; q < PANEL_PFW_AHEAD && q < rows; q++) {
-                const char *o = (const char *)(jb->c + (i0 + q) * jb->ldc + j);
-                __builtin_prefetch(o, 1, 3);
-                __builtin_prefetch(o + 64, 1, 3);
-            }
+            for (int64_t q = 0; q < PANEL_PFW_AHEAD && q < rows; q++)
+                fetch_c_row(jb, i0 + q, j);
     }
-    for (; eacc && edone < rows; edone++)
-        epi_rows(jb, eacc[edone / 32], i0 + (edone / 32) * 32, ej, edone % 32, edone % 32 + 1, es0,
-                 es1, ek0, ek1);
+    panel_epi_to(jb, &e, rows);
 }
 
 static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
@@ -430,11 +437,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                         /* this block's rows of C, fetched for writing ahead of its epilogue
                          * (which runs during the next block's steps) */
                         const int64_t r0 = st * per, r1 = r0 + per < 32 ? r0 + per : 32;
-                        for (int64_t r = r0; r < r1 && i + r < jb->m; r++) {
-                            const char *o = (const char *)(jb->c + (i + r) * jb->ldc + j);
-                            __builtin_prefetch(o, 1, 3);
-                            __builtin_prefetch(o + 64, 1, 3);
-                        }
+                        for (int64_t r = r0; r < r1 && i + r < jb->m; r++)
+                            fetch_c_row(jb, i + r, j);
                     }
                     if (last && prev_i >= 0 && st * per < prev_rows) {
                         int64_t r1 = st * per + per;

@@ -101,6 +101,14 @@ static void *worker_main(void *v) {
     }
 }
 
+/* the set of CPU c alone */
+static cpu_set_t one_cpu(size_t c) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(c, &one);
+    return one;
+}
+
 /* Thread attributes that pin a new thread to the n-th CPU (from 0) of `allowed` (its number in
  * *cpu); 0 when that cannot be set up (then the thread is made without them). */
 static int pin_attr(const cpu_set_t *allowed, int n, pthread_attr_t *attr, int *cpu) {
@@ -109,9 +117,7 @@ static int pin_attr(const cpu_set_t *allowed, int n, pthread_attr_t *attr, int *
         if (!CPU_ISSET(c, allowed) || k++ != n)
             continue;
         *cpu = (int)c;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
+        const cpu_set_t one = one_cpu(c);
         if (pthread_attr_init(attr) != 0)
             return 0;
         if (pthread_attr_setaffinity_np(attr, sizeof one, &one) != 0) {
@@ -181,27 +187,24 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
  * of the mask no worker holds (there is one: the pool is pinned only with a CPU for every
  * thread). Called under busy; one getcpu a call, a syscall only when the caller has moved. */
 static void pool_avoid_caller(pool *p) {
-    const int here = sched_getcpu();
-    if (here < 0 || !p->pinned)
+    if (!p->pinned)
         return;
+    const int here = sched_getcpu();
     int w = -1;
-    cpu_set_t held;
-    CPU_ZERO(&held);
-    for (int i = 0; i < p->nworkers; i++) {
-        if (p->cpu_of[i] < 0)
-            continue;
-        CPU_SET((size_t)p->cpu_of[i], &held);
+    for (int i = 0; i < p->nworkers && here >= 0 && w < 0; i++)
         if (p->cpu_of[i] == here)
             w = i;
-    }
     if (w < 0)
         return;
+    cpu_set_t held; /* the workers' CPUs */
+    CPU_ZERO(&held);
+    for (int i = 0; i < p->nworkers; i++)
+        if (p->cpu_of[i] >= 0)
+            CPU_SET((size_t)p->cpu_of[i], &held);
     for (size_t c = 0; c < CPU_SETSIZE; c++) {
-        if (!CPU_ISSET(c, &p->allowed) || CPU_ISSET(c, &held) || (int)c == here)
+        if (!CPU_ISSET(c, &p->allowed) || CPU_ISSET(c, &held))
             continue;
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
+        const cpu_set_t one = one_cpu(c);
         if (pthread_setaffinity_np(p->th[w], sizeof one, &one) == 0)
             p->cpu_of[w] = (int)c;
         return;
