@@ -77,21 +77,17 @@ static void tile_config(int ks) {
         DP(1, 4, 7);                                                                               \
     } while (0)
 
-/* the four accumulator tiles of a 32 x 32 block stored to / loaded from P (int32, row stride 32) */
-#define AMX_STORE4(P)                                                                              \
+/* the four accumulator tiles of a 32 x 32 block stored to / loaded from P (int32, row stride 32):
+ * OP is _tile_stored or _tile_loadd */
+#define AMX_ACC4(OP, P)                                                                            \
     do {                                                                                           \
-        _tile_stored(0, (P), 128);                                                                 \
-        _tile_stored(1, (P) + 16, 128);                                                            \
-        _tile_stored(2, (P) + 16 * 32, 128);                                                       \
-        _tile_stored(3, (P) + 16 * 32 + 16, 128);                                                  \
+        OP(0, (P), 128);                                                                           \
+        OP(1, (P) + 16, 128);                                                                      \
+        OP(2, (P) + 16 * 32, 128);                                                                 \
+        OP(3, (P) + 16 * 32 + 16, 128);                                                            \
     } while (0)
-#define AMX_LOAD4(P)                                                                               \
-    do {                                                                                           \
-        _tile_loadd(0, (P), 128);                                                                  \
-        _tile_loadd(1, (P) + 16, 128);                                                             \
-        _tile_loadd(2, (P) + 16 * 32, 128);                                                        \
-        _tile_loadd(3, (P) + 16 * 32 + 16, 128);                                                   \
-    } while (0)
+#define AMX_STORE4(P) AMX_ACC4(_tile_stored, P)
+#define AMX_LOAD4(P) AMX_ACC4(_tile_loadd, P)
 
 /* the four accumulator tiles cleared */
 #define AMX_ZERO4()                                                                                \
