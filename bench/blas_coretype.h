@@ -39,15 +39,21 @@ static inline const char *ember_tool_wanted_coretype(const char *current_core) {
 
 /* Benchmarks that interleave rows on a machine of few cores: a library whose idle threads keep
  * spinning long after its call slows the row after it. Give OpenBLAS (2^4 cycles) and OpenMP /
- * oneDNN (20000 spins) short idle spins, as ember's pool has (about 1000 pauses), unless the
- * caller chose. Both are read when the libraries load: returns 1 when it set a variable (the tool
- * must re-execute itself for it to take effect), else 0. */
+ * oneDNN (1000 spins) short idle spins, as ember's pool has (1000 pauses, SPIN_ITERS in
+ * backends/cpu/threadpool.c; libgomp's spin is also a load and a pause an iteration), unless the
+ * caller chose. Until 2026-11-30 OpenMP got 20000 spins: its worker then burned 0.9 ms of CPU
+ * after every oneDNN call (schedstat of the thread, 2-vCPU VM) against ember's worker's ~11 us
+ * (a pause takes 11 ns there), and shared a CPU with the next row's threads for that long;
+ * bench_qgemm, two alternations each, e_q8 at 8 x 4096^2 402 / 422 -> 559 / 559 GOPS and oneDNN's
+ * reordered row 293 / 315 -> 414 / 378 (both gain: either can follow the other), the large shapes
+ * within the noise. Both are read when the libraries load: returns 1 when it set a variable (the
+ * tool must re-execute itself for it to take effect), else 0. */
 static inline int ember_tool_short_spins(void) {
     int set = 0;
     if (!getenv("OPENBLAS_THREAD_TIMEOUT"))
         set = !setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
     if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY"))
-        set = !setenv("GOMP_SPINCOUNT", "20000", 1) || set;
+        set = !setenv("GOMP_SPINCOUNT", "1000", 1) || set;
     return set;
 }
 
