@@ -926,26 +926,23 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         _tile_stored(1, buf + 16, 128);
         const int64_t nv = p->n - j;
         const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
-        const float *sb = (const float *)p->sb + j;
-        const __m512 s0 = _mm512_loadu_ps(sb), s1 = _mm512_loadu_ps(sb + 16);
-        for (int r = 0; r < rows; r++) {
-            const int64_t i = i0 + r;
-            __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i]);
-            __m512i x0 = _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr);
-            __m512i x1 = _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr);
-            if (jb->c32) {
-                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j, k0m, x0);
-                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j + 16, k1m, x1);
-                continue;
+        if (jb->c32) { /* exact int32 out */
+            for (int r = 0; r < rows; r++) {
+                const int64_t i = i0 + r;
+                __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i]);
+                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j, k0m,
+                                         _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+                _mm512_mask_storeu_epi32(
+                    jb->c32 + i * jb->ldc + j + 16, k1m,
+                    _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
             }
-            __m512 sar = _mm512_set1_ps(jb->sa[i]);
-            float *o = jb->c + i * jb->ldc + j;
-            _mm512_mask_storeu_ps(o, k0m,
-                                  _mm512_mul_ps(_mm512_cvtepi32_ps(x0), _mm512_mul_ps(sar, s0)));
-            _mm512_mask_storeu_ps(o + 16, k1m,
-                                  _mm512_mul_ps(_mm512_cvtepi32_ps(x1), _mm512_mul_ps(sar, s1)));
+            continue;
         }
+        const float *sb = (const float *)p->sb + j;
+        epi_rows(jb, buf, i0, j, 0, rows, _mm512_loadu_ps(sb), _mm512_loadu_ps(sb + 16), k0m, k1m);
     }
+    if (jb->nt_store)
+        _mm_sfence(); /* epi_rows streams the rows of a large C: visible before the pool's join */
     _tile_release();
 }
 

@@ -19,6 +19,16 @@ EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
  * 106 GOPS (4 KiB ahead: 109 / 99; 16 KiB: 116 / 103); the 8-bit row did not gain from the same. */
 #define Q4_PF_BYTES 8192
 
+/* The 128 bytes of 4-bit B Q4_PF_BYTES past w (into the next panel at a panel's end), to L2; past
+ * the last panel (B's values end at p->b + bbytes), nothing: a prefetch never faults, but it
+ * would be wasted. */
+EMBER__INLINE void q4_prefetch(const ember__qpack *p, const uint8_t *w, int64_t bbytes) {
+    if (w - p->b + Q4_PF_BYTES < bbytes) {
+        _mm_prefetch((const char *)(w + Q4_PF_BYTES), _MM_HINT_T1);
+        _mm_prefetch((const char *)(w + Q4_PF_BYTES + 64), _MM_HINT_T1);
+    }
+}
+
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
 EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int MR) {
     const ember__qpack *p = jb->p;
@@ -58,12 +68,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         } else {
             const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             for (int64_t kk = k0; kk < k1; kk += 8) {
-                /* the bytes Q4_PF_BYTES further on (into the next panel at the end), to L2; past
-                 * the last panel, nothing (a prefetch never faults, but it would be wasted) */
-                if (b0 - p->b + kk * 16 + Q4_PF_BYTES < bbytes) {
-                    _mm_prefetch((const char *)(b0 + kk * 16 + Q4_PF_BYTES), _MM_HINT_T1);
-                    _mm_prefetch((const char *)(b0 + kk * 16 + Q4_PF_BYTES + 64), _MM_HINT_T1);
-                }
+                q4_prefetch(p, b0 + kk * 16, bbytes);
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
                 __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
@@ -167,10 +172,7 @@ EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_
                 const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
                 if (bits == 4) {
                     const uint8_t *w = bc + kk * 16;
-                    if (w - p->b + Q4_PF_BYTES < bbytes) {
-                        _mm_prefetch((const char *)(w + Q4_PF_BYTES), _MM_HINT_T1);
-                        _mm_prefetch((const char *)(w + Q4_PF_BYTES + 64), _MM_HINT_T1);
-                    }
+                    q4_prefetch(p, w, bbytes);
                     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
                     a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w0, m4), y0);
                     a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(w1, m4), y0);
