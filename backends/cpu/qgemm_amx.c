@@ -62,9 +62,37 @@ static void tile_config(int ks) {
         DP(3, 5, 7);                                                                               \
     } while (0)
 #define AMX_STEP22(...) AMX_STEP22_L(_tile_loadd, __VA_ARGS__)
-/* A's tiles loaded by TILELOADDT1 (a hint that the data is used once: it is not kept in L1), for
- * loops whose B slice is reused from L1 while each A piece passes once */
-#define AMX_STEP22_SA(...) AMX_STEP22_L(_tile_stream_loadd, __VA_ARGS__)
+/* The step of the K-sliced loops (block_panels, block_pipelined), software-pipelined: A's tiles
+ * come through TILELOADDT1 (a hint that the data is used once: it is not kept in L1, where the B
+ * slice is reused while each A piece passes once). AMX_LOAD22_SA loads the first step's operand
+ * tiles; AMX_STEP22_SA_PIPE issues one step's products and reloads each operand tile with the next
+ * step's (at A0N, A1N, B0N, B1N, when MORE) as soon as its last product of this step is issued,
+ * instead of at the top of the next step: a product waits behind fewer loads. Tile-loop
+ * microbenchmark (2 threads, K slice 1024, 8 row blocks, 16 panels): 8.0-9.0 against 7.5-8.4 TOPS,
+ * with C streamed out 7.6-8.7 against 6.8-7.9. In the product, bench_qgemm alternated: 2048^3
+ * median 4811 against 4674 GOPS (ten runs each), 1024^3 +2%, 128 x 4096^2 +2.5%. */
+#define AMX_LOAD22_SA(A0, A1, LDA, B0, B1, LDB)                                                    \
+    do {                                                                                           \
+        _tile_stream_loadd(4, (A0), (LDA));                                                        \
+        _tile_loadd(6, (B0), (LDB));                                                               \
+        _tile_loadd(7, (B1), (LDB));                                                               \
+        _tile_stream_loadd(5, (A1), (LDA));                                                        \
+    } while (0)
+#define AMX_STEP22_SA_PIPE(DP, MORE, A0N, A1N, LDA, B0N, B1N, LDB)                                 \
+    do {                                                                                           \
+        DP(0, 4, 6);                                                                               \
+        DP(1, 4, 7);                                                                               \
+        if (MORE)                                                                                  \
+            _tile_stream_loadd(4, (A0N), (LDA));                                                   \
+        DP(2, 5, 6);                                                                               \
+        if (MORE)                                                                                  \
+            _tile_loadd(6, (B0N), (LDB));                                                          \
+        DP(3, 5, 7);                                                                               \
+        if (MORE) {                                                                                \
+            _tile_loadd(7, (B1N), (LDB));                                                          \
+            _tile_stream_loadd(5, (A1N), (LDA));                                                   \
+        }                                                                                          \
+    } while (0)
 
 /* One K step of a 1 x 2 block (the thin kernels): A tile tmm4 at A0, B tiles tmm6 and tmm7 at B0
  * and B0 + 64 (row stride 128), products into tmm0 and tmm1 with DP. */
@@ -333,10 +361,11 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                     AMX_LOAD4(ac);
                 }
                 const char *pfb = nx ? nx + ii * steps * per_step : NULL;
+                AMX_LOAD22_SA(a0 + kbeg * 32, a1 + kbeg * 32, 64, bs, bs1, 128);
                 for (int64_t st = 0; st < steps; st++, sidx++) {
-                    const int64_t k = kbeg + st * 64;
-                    AMX_STEP22_SA(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
-                                  bs1 + st * 2048, 128);
+                    const int64_t kn = kbeg + (st + 1) * 64;
+                    AMX_STEP22_SA_PIPE(_tile_dpbsud, st + 1 < steps, a0 + kn * 32, a1 + kn * 32, 64,
+                                       bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
                     if (pfb)
                         for (int64_t l = 0; l < per_step; l += 64)
                             if (pfb + st * per_step + l < bend)
@@ -423,10 +452,11 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 } else {
                     AMX_LOAD4(ac);
                 }
+                AMX_LOAD22_SA(a0 + kbeg * 32, a1 + kbeg * 32, 64, bs, bs1, 128);
                 for (int64_t st = 0; st < steps; st++) {
-                    const int64_t k = kbeg + st * 64;
-                    AMX_STEP22_SA(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, bs + st * 2048,
-                                  bs1 + st * 2048, 128);
+                    const int64_t kn = kbeg + (st + 1) * 64;
+                    AMX_STEP22_SA_PIPE(_tile_dpbsud, st + 1 < steps, a0 + kn * 32, a1 + kn * 32, 64,
+                                       bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                     if (jb->pfw && last && st * per < 32) {
