@@ -333,7 +333,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
                     plain,
                     ldb,
                     ember__qtier_available(EMBER__QT_AVX512),
-                    bits == 8 && (double)vbytes >= (double)(2 << 20)};
+                    bits == 8 && vbytes >= ((size_t)2 << 20)};
     if (plain && !a.avx512) { /* the SSE2 path reads rows through a callback */
         a.row = plain_row;
         a.src = &a;
