@@ -70,7 +70,11 @@ static void tile_config(int ks) {
  * instead of at the top of the next step: a product waits behind fewer loads. Tile-loop
  * microbenchmark (2 threads, K slice 1024, 8 row blocks, 16 panels): 8.0-9.0 against 7.5-8.4 TOPS,
  * with C streamed out 7.6-8.7 against 6.8-7.9. In the product, bench_qgemm alternated: 2048^3
- * median 4811 against 4674 GOPS (ten runs each), 1024^3 +2%, 128 x 4096^2 +2.5%. */
+ * median 4811 against 4674 GOPS (ten runs each), 1024^3 +2%, 128 x 4096^2 +2.5%. The pipeline
+ * also runs across row blocks: a block's last step loads the next block's first operand tiles
+ * (the same B slice), so they arrive while the sums are stored and the next block's loaded.
+ * bench_qgemm alternated, medians: 2048^3 4383 against 4222 GOPS (ten runs each), 4096^3 4742
+ * against 4618 (five), 128 x 4096^2 3080 against 3028 (six), 1024^3 3460 against 3440 (twelve). */
 #define AMX_LOAD22_SA(A0, A1, LDA, B0, B1, LDB)                                                    \
     do {                                                                                           \
         _tile_stream_loadd(4, (A0), (LDA));                                                        \
@@ -350,6 +354,10 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
             } else {
                 nx = NULL;
             }
+            {
+                const int8_t *f0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
+                AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs1, 128);
+            }
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
                 const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
@@ -361,11 +369,18 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                     AMX_LOAD4(ac);
                 }
                 const char *pfb = nx ? nx + ii * steps * per_step : NULL;
-                AMX_LOAD22_SA(a0 + kbeg * 32, a1 + kbeg * 32, 64, bs, bs1, 128);
                 for (int64_t st = 0; st < steps; st++, sidx++) {
                     const int64_t kn = kbeg + (st + 1) * 64;
-                    AMX_STEP22_SA_PIPE(_tile_dpbsud, st + 1 < steps, a0 + kn * 32, a1 + kn * 32, 64,
-                                       bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
+                    if (st + 1 < steps) {
+                        AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a1 + kn * 32, 64,
+                                           bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
+                    } else {
+                        /* the next row block's first operands, loaded behind this one's last
+                         * products */
+                        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
+                        AMX_STEP22_SA_PIPE(_tile_dpbsud, ii + 1 < nip, n0, n0 + 1024, 64, bs, bs1,
+                                           128);
+                    }
                     if (pfb)
                         for (int64_t l = 0; l < per_step; l += 64)
                             if (pfb + st * per_step + l < bend)
@@ -440,6 +455,10 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
             int cur = 0;
             int64_t prev_i = -1, prev_rows = 0;
+            {
+                const int8_t *f0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
+                AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs1, 128);
+            }
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
                 const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
@@ -452,11 +471,16 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                 } else {
                     AMX_LOAD4(ac);
                 }
-                AMX_LOAD22_SA(a0 + kbeg * 32, a1 + kbeg * 32, 64, bs, bs1, 128);
                 for (int64_t st = 0; st < steps; st++) {
                     const int64_t kn = kbeg + (st + 1) * 64;
-                    AMX_STEP22_SA_PIPE(_tile_dpbsud, st + 1 < steps, a0 + kn * 32, a1 + kn * 32, 64,
-                                       bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
+                    if (st + 1 < steps) {
+                        AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a1 + kn * 32, 64,
+                                           bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
+                    } else {
+                        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
+                        AMX_STEP22_SA_PIPE(_tile_dpbsud, ii + 1 < nip, n0, n0 + 1024, 64, bs, bs1,
+                                           128);
+                    }
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                     if (jb->pfw && last && st * per < 32) {
