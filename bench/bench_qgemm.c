@@ -15,8 +15,10 @@
  *   dnnl_reordered   oneDNN s8s8->s32 matmul, B reordered once into its preferred layout
  *   dnnl_plain       oneDNN s8s8->s32 matmul on plain row-major B
  *   blas_sgemm       OpenBLAS sgemm on the dequantized operands (core name printed)
- * Ceilings measured in the same run: AMX and AVX-512 VNNI register-only peaks, the AMX 2 x 2 tile
- * loop with its operands in L2 (one cached-product task of 256 x 512 x 2048 run over and over
+ * Ceilings measured in the same run: AMX and AVX-512 VNNI register-only peaks, the AMX 2 x 2 step
+ * on random operand tiles loaded from L1 each step (the tile unit runs slower on operands that
+ * change than on the register-only loop's fixed ones), the AMX 2 x 2 tile loop with its operands
+ * (random bytes) in L2 (one cached-product task of 256 x 512 x 2048 run over and over
  * without its epilogue: what a kernel whose blocks do not fit L1 can reach; column %loop) and the
  * read bandwidth of a 16 MiB buffer (the L3-resident size of a 4096 x 4096 int8 weight) with the
  * same threads. For decode shapes (M <= 8) the roofline is 2 * M ops per weight byte at the read
@@ -76,7 +78,7 @@ static double median(double *v, int n) {
 /* ---------------------------------------------------------------- ceilings */
 
 typedef struct peak_arg {
-    int which; /* 0 AMX, 1 VNNI, 2 bandwidth, 3 AMX loop from L2 */
+    int which; /* 0 AMX, 1 VNNI, 2 bandwidth, 3 AMX loop from L2, 4 AMX step on tiles from L1 */
     int64_t iters;
     const uint8_t *buf;
     size_t bytes;
@@ -86,8 +88,21 @@ typedef struct peak_arg {
 
 static void *peak_thread(void *p) {
     peak_arg *a = p;
+    /* this thread's four sets of random operand tiles (which == 4) */
+    uint8_t l1[EMBER__QPEAK_L1_BYTES] __attribute__((aligned(64)));
+    if (a->which == 4) {
+        uint64_t x = 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)a;
+        for (size_t i = 0; i < sizeof l1; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            l1[i] = (uint8_t)x;
+        }
+    }
     pthread_barrier_wait(a->bar);
-    if (a->which == 0) {
+    if (a->which == 4) {
+        a->ops = ember__qpeak_amx_l1(a->iters, l1);
+    } else if (a->which == 0) {
         a->ops = ember__qpeak_amx(a->iters);
     } else if (a->which == 1) {
         a->ops = ember__qpeak_vnni(a->iters);
@@ -409,7 +424,10 @@ int main(int argc, char **argv) {
                getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "-");
     size_t bwbytes = (size_t)16 << 20;
     uint8_t *bwbuf = ember__aligned_alloc(bwbytes);
-    memset(bwbuf, 1, bwbytes);
+    /* random bytes: the tile loop fed from L2 multiplies them (the tile unit is slower on
+     * changing random operands than on constant ones) */
+    for (size_t i = 0; i < bwbytes; i++)
+        bwbuf[i] = (uint8_t)(rand() >> 7);
     int first_json = 1;
     for (int nt = 1; nt <= 2; nt++) {
         if (only_threads && nt != only_threads)
@@ -427,29 +445,30 @@ int main(int argc, char **argv) {
             omp_set(nt);
         openblas_set_num_threads(nt);
         /* ceilings: medians of 5 */
-        double pk_amx[5], pk_vnni[5], bw[5], pk_l2[5];
+        double pk_amx[5], pk_vnni[5], bw[5], pk_l2[5], pk_l1[5];
         ceiling(2, nt, 4, bwbuf, bwbytes); /* warm */
         for (int r = 0; r < 5; r++) {
             const int have_amx = ember__qtier_available(EMBER__QT_AMX);
             pk_amx[r] = have_amx ? ceiling(0, nt, 2000000, NULL, 0) : 0;
+            pk_l1[r] = have_amx ? ceiling(4, nt, 1000000, NULL, 0) : 0;
             pk_l2[r] = have_amx ? ceiling(3, nt, 40, bwbuf, bwbytes) : 0;
             pk_vnni[r] = ceiling(1, nt, 4000000, NULL, 0);
             bw[r] = ceiling(2, nt, 20, bwbuf, bwbytes);
         }
         double amx_peak = median(pk_amx, 5) * 1e-9, vnni_peak = median(pk_vnni, 5) * 1e-9;
-        double l2_loop = median(pk_l2, 5) * 1e-9;
+        double l2_loop = median(pk_l2, 5) * 1e-9, l1_rand = median(pk_l1, 5) * 1e-9;
         double bw_gbs = median(bw, 5) * 1e-9;
         if (json) {
-            printf("%s  {\"threads\": %d, \"amx_peak_gops\": %.0f, \"amx_l2_loop_gops\": %.0f, "
-                   "\"vnni_peak_gops\": %.0f, \"read_bw_gbs\": %.1f}",
-                   first_json ? "" : ",\n", nt, amx_peak, l2_loop, vnni_peak, bw_gbs);
+            printf("%s  {\"threads\": %d, \"amx_peak_gops\": %.0f, \"amx_l1_random_gops\": %.0f, "
+                   "\"amx_l2_loop_gops\": %.0f, \"vnni_peak_gops\": %.0f, \"read_bw_gbs\": %.1f}",
+                   first_json ? "" : ",\n", nt, amx_peak, l1_rand, l2_loop, vnni_peak, bw_gbs);
             first_json = 0;
         } else {
-            printf(
-                "\n## threads %d: AMX peak %.0f GOPS (tile loop fed from L2 %.0f), AVX-512 VNNI "
-                "peak %.0f GOPS, read bandwidth (16 MiB) %.1f GB/s -> M=1 roofline %.0f GOPS (Q8 "
-                "weights), M=8 %.0f\n",
-                nt, amx_peak, l2_loop, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
+            printf("\n## threads %d: AMX peak %.0f GOPS (random tiles from L1 %.0f, tile loop fed "
+                   "from L2 "
+                   "%.0f), AVX-512 VNNI peak %.0f GOPS, read bandwidth (16 MiB) %.1f GB/s -> M=1 "
+                   "roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
+                   nt, amx_peak, l1_rand, l2_loop, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
             printf("%-16s %9s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s %6s\n", "shape M,N,K",
                    "e_q8", "e_q8_1st", "e_q4", "e_q8b", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro",
                    "1st/pl", "q4/q8", "q8/blas", "%peak", "%loop");

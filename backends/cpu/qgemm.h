@@ -211,6 +211,13 @@ double ember__qpeak_vnni(int64_t iters);
  * the ceiling of a kernel whose blocks' operands do not fit L1. Returns the int8 ops done. */
 #define EMBER__QPEAK_L2_BYTES ((size_t)(256 + 512) * 2048)
 double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf);
+/* The 2 x 2 tile step with its four operand tiles loaded from L1 each step, cycling through four
+ * sets of tiles in buf (EMBER__QPEAK_L1_BYTES, 64-byte aligned): the products' own ceiling when
+ * their operands change every step, as in a product (fill buf with random bytes: the tile unit is
+ * slower on changing random operands than on the fixed ones of the register-only loop). Returns
+ * the int8 ops done. */
+#define EMBER__QPEAK_L1_BYTES ((size_t)16 * 1024)
+double ember__qpeak_amx_l1(int64_t iters, const uint8_t *buf);
 
 /* AVX-512 packing of a k group of 8-bit B (qgemm_avx512.c): rows[0..3] (NULL: zeros), columns
  * [0, nv) read, [0, jn) written (jn % 32 == 0), column c at dst + (c/32)*pstride + (c%32/16)*64.

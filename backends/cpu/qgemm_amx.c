@@ -924,6 +924,23 @@ double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf) {
     return (double)passes * (double)(nip * 32) * (double)(njp * 32) * (double)kp * 2.0;
 }
 
+/* The step of the register-only loop with its operands loaded from L1, a new set each step (four
+ * sets in buf). Measured (standalone, 1 thread, medians): random bytes 4.9-5.4 TOPS against
+ * 6.3-6.8 with zeros, which run at the register-only loop's rate; with two threads 8.6-9.6
+ * against 9.2-12.3. The register-only loop itself reads the same on random and zero tiles: what
+ * costs is operands that change. */
+double ember__qpeak_amx_l1(int64_t iters, const uint8_t *buf) {
+    const int8_t *a = (const int8_t *)buf; /* [4 sets][A0, A1, B0, B1][1024] */
+    tile_config(64);
+    AMX_ZERO4();
+    for (int64_t it = 0; it < iters; it++) {
+        const int8_t *t = a + (it & 3) * 4096;
+        AMX_STEP22(_tile_dpbssd, t, t + 1024, 64, t + 2048, t + 3072, 64);
+    }
+    _tile_release();
+    return (double)iters * 4.0 * 16 * 16 * 64 * 2;
+}
+
 /* Register-only TDPBSSD loop for the peak microbenchmark: returns the int8 ops done (2 per MAC). */
 double ember__qpeak_amx(int64_t iters) {
     static const int8_t zeros[1024] __attribute__((aligned(64))) = {0};
