@@ -927,8 +927,8 @@ double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf) {
 /* The step of the register-only loop with its operands loaded from L1, a new set each step (four
  * sets in buf). Measured (standalone, 1 thread, medians): random bytes 4.9-5.4 TOPS against
  * 6.3-6.8 with zeros, which run at the register-only loop's rate; with two threads 8.6-9.6
- * against 9.2-12.3. The register-only loop itself reads the same on random and zero tiles: what
- * costs is operands that change. */
+ * against 9.2-12.3. The register-only loop itself reads about the same on random and zero
+ * tiles: what costs is operands that change. */
 double ember__qpeak_amx_l1(int64_t iters, const uint8_t *buf) {
     const int8_t *a = (const int8_t *)buf; /* [4 sets][A0, A1, B0, B1][1024] */
     tile_config(64);
