@@ -282,6 +282,32 @@ static inline const uint8_t *panel_slice(const ember__qpack *p, int64_t j, int64
     return u + kbeg * 32;
 }
 
+/* The first operand tiles of a K slice starting at kbeg: row block i0's A tiles (tile-blocked
+ * packed A of padded depth kp) and the slice's first B tiles at bs, bs + 64. */
+static inline __attribute__((always_inline)) void row_first(const int8_t *a, int64_t i0, int64_t kp,
+                                                            int64_t kbeg, const uint8_t *bs) {
+    const int8_t *f0 = a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
+    AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs + 64, 128);
+}
+
+/* Step st of the `steps` of a row block (A tiles at a0, a0 + 1024) over the B slice at bs (K
+ * slice from kbeg): this step's products, each operand tile then reloaded with the next step's;
+ * after the last step, with the next row block's first (the same B slice) where next_rows, so
+ * that they arrive while the sums are stored and the next block's sums loaded. */
+static inline __attribute__((always_inline)) void row_step(int64_t st, int64_t steps,
+                                                           const int8_t *a0, int64_t kp,
+                                                           int64_t kbeg, const uint8_t *bs,
+                                                           int next_rows) {
+    if (st + 1 < steps) {
+        const int64_t kn = kbeg + (st + 1) * 64;
+        AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a0 + 1024 + kn * 32, 64,
+                           bs + (st + 1) * 2048, bs + 64 + (st + 1) * 2048, 128);
+    } else {
+        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
+        AMX_STEP22_SA_PIPE(_tile_dpbsud, next_rows, n0, n0 + 1024, 64, bs, bs + 64, 128);
+    }
+}
+
 /* The cached product in panel order: each 32-column panel of the task is finished (all its K
  * slices, every row block) before the next, the sums of its row blocks waiting in scratch between
  * slices. Its B slice stays in L1 across the row blocks as in block_pipelined, and B is read as
@@ -342,7 +368,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
         for (int64_t kb = 0; kb < nkb; kb++) {
             const int64_t kbeg = kb * KSL, kend = kbeg + KSL < kp ? kbeg + KSL : kp;
             const int64_t steps = (kend - kbeg) / 64;
-            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u), *bs1 = bs + 64;
+            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u);
             /* the slice after this one in memory (this panel's next, or the next panel's first),
              * prefetched into L2 a piece per K step */
             const char *nx = p->bits == 8 ? (const char *)bs + (kend - kbeg) * 32 : NULL;
@@ -354,14 +380,10 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
             } else {
                 nx = NULL;
             }
-            {
-                const int8_t *f0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
-                AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs1, 128);
-            }
+            row_first(jb->a, i0, kp, kbeg, bs);
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
                 const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
-                const int8_t *a1 = a0 + 1024;
                 int32_t *ac = cur[ii];
                 if (kb == 0) {
                     AMX_ZERO4();
@@ -370,17 +392,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
                 }
                 const char *pfb = nx ? nx + ii * steps * per_step : NULL;
                 for (int64_t st = 0; st < steps; st++, sidx++) {
-                    const int64_t kn = kbeg + (st + 1) * 64;
-                    if (st + 1 < steps) {
-                        AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a1 + kn * 32, 64,
-                                           bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
-                    } else {
-                        /* the next row block's first operands, loaded behind this one's last
-                         * products */
-                        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
-                        AMX_STEP22_SA_PIPE(_tile_dpbsud, ii + 1 < nip, n0, n0 + 1024, 64, bs, bs1,
-                                           128);
-                    }
+                    row_step(st, steps, a0, kp, kbeg, bs, ii + 1 < nip);
                     if (pfb)
                         for (int64_t l = 0; l < per_step; l += 64)
                             if (pfb + st * per_step + l < bend)
@@ -437,7 +449,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         for (int64_t jp = 0; jp < njp; jp++) {
             const int64_t j = j0 + jp * 32;
             uint8_t *u = unp + (jp % 2) * 32 * kp; /* 4-bit: two panels, one in use */
-            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u), *bs1 = bs + 64;
+            const uint8_t *bs = panel_slice(p, j, kbeg, kend, u);
             /* the B slice used next, prefetched into L2 a piece per K step of each row block */
             const char *nx = NULL;
             if (p->bits == 8) {
@@ -455,14 +467,10 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             const __m512 s1 = _mm512_loadu_ps((const float *)p->sb + j + 16);
             int cur = 0;
             int64_t prev_i = -1, prev_rows = 0;
-            {
-                const int8_t *f0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
-                AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs1, 128);
-            }
+            row_first(jb->a, i0, kp, kbeg, bs);
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
                 const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
-                const int8_t *a1 = a0 + 1024;
                 const int32_t *pb = buf[cur ^ 1];
                 int32_t *ac = acc[jp * nip + ii];
                 const char *pfb = nx ? nx + ii * slice : NULL;
@@ -472,15 +480,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
                     AMX_LOAD4(ac);
                 }
                 for (int64_t st = 0; st < steps; st++) {
-                    const int64_t kn = kbeg + (st + 1) * 64;
-                    if (st + 1 < steps) {
-                        AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a1 + kn * 32, 64,
-                                           bs + (st + 1) * 2048, bs1 + (st + 1) * 2048, 128);
-                    } else {
-                        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
-                        AMX_STEP22_SA_PIPE(_tile_dpbsud, ii + 1 < nip, n0, n0 + 1024, 64, bs, bs1,
-                                           128);
-                    }
+                    row_step(st, steps, a0, kp, kbeg, bs, ii + 1 < nip);
                     for (int64_t l = 0; l < per_step; l += 64)
                         _mm_prefetch(pfb + st * per_step + l, _MM_HINT_T1);
                     if (jb->pfw && last && st * per < 32) {
