@@ -129,4 +129,16 @@ static inline void bench_fill(float *x, size_t n, uint64_t seed) {
     }
 }
 
+/* xorshift64*: reproducible random bytes (operands for the tile-unit probes, whose speed depends
+ * on the bits that change) */
+static inline void bench_fill_bytes(uint8_t *x, size_t n, uint64_t seed) {
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        x[i] = (uint8_t)((s * 0x2545f4914f6cdd1dull) >> 56);
+    }
+}
+
 #endif

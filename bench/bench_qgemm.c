@@ -90,15 +90,8 @@ static void *peak_thread(void *p) {
     peak_arg *a = p;
     /* this thread's four sets of random operand tiles (which == 4) */
     uint8_t l1[EMBER__QPEAK_L1_BYTES] __attribute__((aligned(64)));
-    if (a->which == 4) {
-        uint64_t x = 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)a;
-        for (size_t i = 0; i < sizeof l1; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            l1[i] = (uint8_t)x;
-        }
-    }
+    if (a->which == 4)
+        bench_fill_bytes(l1, sizeof l1, 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)a);
     pthread_barrier_wait(a->bar);
     if (a->which == 4) {
         a->ops = ember__qpeak_amx_l1(a->iters, l1);
@@ -426,8 +419,7 @@ int main(int argc, char **argv) {
     uint8_t *bwbuf = ember__aligned_alloc(bwbytes);
     /* random bytes: the tile loop fed from L2 multiplies them (the tile unit is slower on
      * changing random operands than on constant ones) */
-    for (size_t i = 0; i < bwbytes; i++)
-        bwbuf[i] = (uint8_t)(rand() >> 7);
+    bench_fill_bytes(bwbuf, bwbytes, 0x243f6a8885a308d3u);
     int first_json = 1;
     for (int nt = 1; nt <= 2; nt++) {
         if (only_threads && nt != only_threads)
@@ -464,10 +456,9 @@ int main(int argc, char **argv) {
                    first_json ? "" : ",\n", nt, amx_peak, l1_rand, l2_loop, vnni_peak, bw_gbs);
             first_json = 0;
         } else {
-            printf("\n## threads %d: AMX peak %.0f GOPS (random tiles from L1 %.0f, tile loop fed "
-                   "from L2 "
-                   "%.0f), AVX-512 VNNI peak %.0f GOPS, read bandwidth (16 MiB) %.1f GB/s -> M=1 "
-                   "roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
+            printf("\n## threads %d: AMX peak %.0f GOPS (random tiles from L1 %.0f, tile loop "
+                   "fed from L2 %.0f), AVX-512 VNNI peak %.0f GOPS, read bandwidth (16 MiB) %.1f "
+                   "GB/s -> M=1 roofline %.0f GOPS (Q8 weights), M=8 %.0f\n",
                    nt, amx_peak, l1_rand, l2_loop, vnni_peak, bw_gbs, 2 * bw_gbs, 16 * bw_gbs);
             printf("%-16s %9s %9s %9s %9s %9s %9s %9s | %6s %6s %6s %6s %6s %6s\n", "shape M,N,K",
                    "e_q8", "e_q8_1st", "e_q4", "e_q8b", "dnnl_ro", "dnnl_pl", "blas_f32", "q8/ro",
