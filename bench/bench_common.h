@@ -118,27 +118,27 @@ static inline void bench_shuffle(int *order, int n, uint64_t *x) {
     }
 }
 
+/* One step of xorshift64* from the state *s (never 0): 64 random bits. */
+static inline uint64_t bench_next(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dull;
+}
+
 /* xorshift64*: reproducible inputs in [-1, 1). */
 static inline void bench_fill(float *x, size_t n, uint64_t seed) {
     uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        x[i] = (float)((double)((s * 0x2545f4914f6cdd1dull) >> 11) / 4503599627370496.0 - 1.0);
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((double)(bench_next(&s) >> 11) / 4503599627370496.0 - 1.0);
 }
 
 /* xorshift64*: reproducible random bytes (operands for the tile-unit probes, whose speed depends
  * on the bits that change) */
 static inline void bench_fill_bytes(uint8_t *x, size_t n, uint64_t seed) {
     uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        x[i] = (uint8_t)((s * 0x2545f4914f6cdd1dull) >> 56);
-    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (uint8_t)(bench_next(&s) >> 56);
 }
 
 #endif
