@@ -499,9 +499,8 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
         const int8_t *src = i < a->m ? a->A + i * a->lda : NULL;
         if (fast) {
             if (a->amx)
-                ember__qa_row_avx512(src, k, kp, p->kc, p->nch,
-                                     a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64, 2048,
-                                     a->rs + i * p->nch);
+                ember__qa_row_avx512(src, k, kp, p->kc, p->nch, a->ap + ember__qa_amx_off(i, kp),
+                                     EMBER__QA_STEP, a->rs + i * p->nch);
             else
                 ember__qa_row_avx512(src, k, kp, p->kc, p->nch, a->ap + i * kp, 64,
                                      a->rs + i * p->nch);
@@ -512,10 +511,9 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
             a->rs[i * p->nch + c] = src && k1 > k0 ? sum_s8(src + k0, k1 - k0) : 0;
         }
         if (a->amx) {
-            /* [mp/32][kp/64][32][64]: the two A tiles of a K step are one 2 KiB run */
-            int8_t *base = a->ap + (i / 32) * (kp / 64) * 2048 + (i % 32) * 64;
+            int8_t *base = a->ap + ember__qa_amx_off(i, kp);
             for (int64_t k0 = 0; k0 < kp; k0 += 64) {
-                int8_t *dst = base + (k0 / 64) * 2048;
+                int8_t *dst = base + (k0 / 64) * EMBER__QA_STEP;
                 int64_t nv = src ? (k - k0 < 64 ? k - k0 : 64) : 0;
                 if (nv == 64)
                     memcpy(dst, src + k0, 64);

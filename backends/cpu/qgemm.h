@@ -142,6 +142,15 @@ void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64
 void ember__qdirect_order(const __m512i x[4], __m512i out[4]);
 #endif
 
+/* Packed A on the AMX tier ([mp/32][kp/64][32][64], see ember__qjob): the offset of row i's
+ * first 64 values (row block i / 32, row i % 32 in it). The rest of the row follows K step by K
+ * step, EMBER__QA_STEP bytes apart (value k at + (k / 64) * EMBER__QA_STEP + k % 64); the 32 rows
+ * of a K step are one run, tile 0 (rows 0-15) then tile 1 (rows 16-31). */
+#define EMBER__QA_STEP 2048
+static inline int64_t ember__qa_amx_off(int64_t i, int64_t kp) {
+    return (i / 32) * (kp / 64) * EMBER__QA_STEP + (i % 32) * 64;
+}
+
 /* The packed A of one call: rows padded to mp (multiple of 32), K to kp, zeros in the padding.
  * Layout per tier: AMX: [mp/32][kp/64][32][64] (two tiles per K step); others: row-major, stride
  * kp. rs[i * nch + c]: sum of row i's values in chunk c (int32). */

@@ -286,7 +286,7 @@ static inline const uint8_t *panel_slice(const ember__qpack *p, int64_t j, int64
  * packed A of padded depth kp) and the slice's first B tiles at bs, bs + 64. */
 static inline __attribute__((always_inline)) void row_first(const int8_t *a, int64_t i0, int64_t kp,
                                                             int64_t kbeg, const uint8_t *bs) {
-    const int8_t *f0 = a + (i0 / 32) * (kp / 64) * 2048 + kbeg * 32;
+    const int8_t *f0 = a + ember__qa_amx_off(i0, kp) + kbeg * 32;
     AMX_LOAD22_SA(f0, f0 + 1024, 64, bs, bs + 64, 128);
 }
 
@@ -303,7 +303,7 @@ static inline __attribute__((always_inline)) void row_step(int64_t st, int64_t s
         AMX_STEP22_SA_PIPE(_tile_dpbsud, 1, a0 + kn * 32, a0 + 1024 + kn * 32, 64,
                            bs + (st + 1) * 2048, bs + 64 + (st + 1) * 2048, 128);
     } else {
-        const int8_t *n0 = a0 + (kp / 64) * 2048 + kbeg * 32;
+        const int8_t *n0 = a0 + ember__qa_amx_off(32, kp) + kbeg * 32;
         AMX_STEP22_SA_PIPE(_tile_dpbsud, next_rows, n0, n0 + 1024, 64, bs, bs + 64, 128);
     }
 }
@@ -383,7 +383,7 @@ static void block_panels(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t 
             row_first(jb->a, i0, kp, kbeg, bs);
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
-                const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+                const int8_t *a0 = jb->a + ember__qa_amx_off(i, kp);
                 int32_t *ac = cur[ii];
                 if (kb == 0) {
                     AMX_ZERO4();
@@ -470,7 +470,7 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
             row_first(jb->a, i0, kp, kbeg, bs);
             for (int64_t ii = 0; ii < nip; ii++) {
                 const int64_t i = i0 + ii * 32;
-                const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+                const int8_t *a0 = jb->a + ember__qa_amx_off(i, kp);
                 const int32_t *pb = buf[cur ^ 1];
                 int32_t *ac = acc[jp * nip + ii];
                 const char *pfb = nx ? nx + ii * slice : NULL;
@@ -744,7 +744,7 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
         const int64_t nv = p->n - j;
         const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         for (int64_t i = i0; i < i1; i += 32) {
-            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a0 = jb->a + ember__qa_amx_off(i, kp);
             const int8_t *a1 = a0 + 1024;
             const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
             if (kc == ks) {
@@ -842,7 +842,7 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
         const int64_t nv = p->n - j;
         const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         for (int64_t i = i0; i < i1 && i < jb->m; i += 32) {
-            const int8_t *a0 = jb->a + (i / 32) * (kp / 64) * 2048;
+            const int8_t *a0 = jb->a + ember__qa_amx_off(i, kp);
             const int8_t *a1 = a0 + 1024;
             const int64_t rows = jb->m - i < 32 ? jb->m - i : 32;
             for (int64_t c = 0; c < nch; c++) {
@@ -911,7 +911,7 @@ double ember__qpeak_amx_l2(int64_t passes, const uint8_t *buf) {
         for (int64_t jp = 0; jp < njp; jp++) {
             const uint8_t *b0 = b + jp * (kp / 4) * 128, *b1 = b0 + 64;
             for (int64_t ii = 0; ii < nip; ii++) {
-                const int8_t *a0 = a + ii * (kp / 64) * 2048, *a1 = a0 + 1024;
+                const int8_t *a0 = a + ember__qa_amx_off(ii * 32, kp), *a1 = a0 + 1024;
                 AMX_ZERO4();
                 for (int64_t k = 0; k < kp; k += 64)
                     AMX_STEP22(_tile_dpbsud, a0 + k * 32, a1 + k * 32, 64, b0 + k * 32, b1 + k * 32,
@@ -986,7 +986,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
     int32_t buf[16 * 32] __attribute__((aligned(64)));
     thin_config(rows, 64);
-    const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
+    const int8_t *a0 = jb->a + ember__qa_amx_off(i0, kp);
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
         _tile_zero(0);
@@ -1041,7 +1041,7 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
     float facc[16 * 32] __attribute__((aligned(64)));
     uint8_t stage[2][2048] __attribute__((aligned(64)));
     thin_config(rows, ks);
-    const int8_t *a0 = jb->a + (i0 / 32) * (kp / 64) * 2048 + (i0 % 32) * 64;
+    const int8_t *a0 = jb->a + ember__qa_amx_off(i0, kp);
     for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
         const uint8_t *b0 = p->b + (j / 32) * kp * bpk;
         const int64_t nv = p->n - j;
