@@ -42,6 +42,13 @@ static int nth_cpu(const cpu_set_t *set, int n) {
     return -1;
 }
 
+/* the calling thread moved to CPU cpu alone (*one: that set); sched_setaffinity's result */
+static int move_caller(int cpu, cpu_set_t *one) {
+    CPU_ZERO(one);
+    CPU_SET((size_t)cpu, one);
+    return sched_setaffinity(0, sizeof *one, one);
+}
+
 typedef struct probe {
     int cpu[64];
     int thread[64];
@@ -89,23 +96,17 @@ static void test_default_pins_workers(void) {
     CU_ASSERT(CPU_EQUAL(&before, &after)); /* the caller is never pinned */
     const int first = nth_cpu(&before, 0), second = nth_cpu(&before, 1);
     /* the caller on the mask's first CPU: the worker stays on the second */
-    CPU_ZERO(&one);
-    CPU_SET((size_t)first, &one);
-    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    CU_ASSERT_EQUAL_FATAL(move_caller(first, &one), 0);
     CU_ASSERT_EQUAL(worker_cpu(s), second);
     /* the caller moved to the worker's CPU: the worker moves off it, to a CPU no worker holds
      * (the first, with two threads), and stays pinned */
-    CPU_ZERO(&one);
-    CPU_SET((size_t)second, &one);
-    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    CU_ASSERT_EQUAL_FATAL(move_caller(second, &one), 0);
     int w = worker_cpu(s);
     CU_ASSERT_NOT_EQUAL(w, second);
     CU_ASSERT(w >= 0 && CPU_ISSET((size_t)w, &before));
     CU_ASSERT_EQUAL(ember__cpu_pool_pinned(s), 1);
     /* and back */
-    CPU_ZERO(&one);
-    CPU_SET((size_t)first, &one);
-    CU_ASSERT_EQUAL_FATAL(sched_setaffinity(0, sizeof one, &one), 0);
+    CU_ASSERT_EQUAL_FATAL(move_caller(first, &one), 0);
     w = worker_cpu(s);
     CU_ASSERT_NOT_EQUAL(w, first);
     CU_ASSERT(w >= 0 && CPU_ISSET((size_t)w, &before));
