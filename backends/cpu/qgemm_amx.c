@@ -664,6 +664,21 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
     _tile_release();
 }
 
+/* Rows [0, rows) of a finished block's int32 sums (buf, row stride 32; biased unsigned B) into the
+ * exact int32 output (jb->c32, the test hook) at row i, column j: the bias term of K chunk c
+ * (bias x the row's sum of A over the chunk) removed, columns past n masked off. */
+static inline void store_s32_rows(const ember__qjob *jb, const int32_t *buf, int64_t i, int64_t j,
+                                  int64_t c, int64_t rows, __mmask16 k0m, __mmask16 k1m) {
+    const ember__qpack *p = jb->p;
+    for (int64_t r = 0; r < rows; r++) {
+        const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * p->nch + c]);
+        int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
+        _mm512_mask_storeu_epi32(o, k0m, _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
+        _mm512_mask_storeu_epi32(o + 16, k1m,
+                                 _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
+    }
+}
+
 /* The 32 column scales of B for K chunk c, columns [j, j + 32), as f32 (stored F16 or F32). */
 static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m512 *s0, __m512 *s1) {
     const int64_t idx = ember__qpack_sidx(p, c, j);
@@ -848,15 +863,7 @@ void ember__qblock_amx(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0
             for (int64_t c = 0; c < nch; c++) {
                 tile_block(a0, a1, b0, b1, c * kc, (c + 1) * kc, ks, buf);
                 if (jb->c32) {
-                    for (int64_t r = 0; r < rows; r++) {
-                        __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
-                        int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
-                        _mm512_mask_storeu_epi32(
-                            o, k0m, _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-                        _mm512_mask_storeu_epi32(
-                            o + 16, k1m,
-                            _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
-                    }
+                    store_s32_rows(jb, buf, i, j, c, rows, k0m, k1m);
                     continue;
                 }
                 __m512 s0, s1;
@@ -998,15 +1005,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         const int64_t nv = p->n - j;
         const __mmask16 k0m = ember__tail_mask16(nv), k1m = ember__tail_mask16(nv - 16);
         if (jb->c32) { /* exact int32 out */
-            for (int r = 0; r < rows; r++) {
-                const int64_t i = i0 + r;
-                __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[i]);
-                _mm512_mask_storeu_epi32(jb->c32 + i * jb->ldc + j, k0m,
-                                         _mm512_sub_epi32(_mm512_load_si512(buf + r * 32), corr));
-                _mm512_mask_storeu_epi32(
-                    jb->c32 + i * jb->ldc + j + 16, k1m,
-                    _mm512_sub_epi32(_mm512_load_si512(buf + r * 32 + 16), corr));
-            }
+            store_s32_rows(jb, buf, i0, j, 0, rows, k0m, k1m);
             continue;
         }
         const float *sb = (const float *)p->sb + j;
