@@ -39,8 +39,9 @@ static inline const char *ember_tool_wanted_coretype(const char *current_core) {
 
 /* Benchmarks that interleave rows on a machine of few cores: a library whose idle threads keep
  * spinning long after its call slows the row after it. Give OpenBLAS (2^4 cycles) and OpenMP /
- * oneDNN (1000 spins) short idle spins, as ember's pool has (1000 pauses, SPIN_ITERS in
- * backends/cpu/threadpool.c; libgomp's spin is also a load and a pause an iteration), unless the
+ * oneDNN (1000 spins) short idle spins, as ember's pool has (10 us by default,
+ * ember_options.cpu_spin_us; libgomp's spin is a load and a pause an iteration, 1000 of them about
+ * 11 us on the development VM, where ember's pool spun 1000 pauses until 2026-11-30), unless the
  * caller chose. Until 2026-11-30 OpenMP got 20000 spins: its worker then burned 0.9 ms of CPU
  * after every oneDNN call (schedstat of the thread, 2-vCPU VM) against ember's worker's ~11 us
  * (a pause takes 11 ns there), and shared a CPU with the next row's threads for that long;

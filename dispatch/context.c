@@ -19,6 +19,7 @@ ember_options ember_options_default(void) {
     o.cpu_buffer_cache_mib = -1;
     o.opencl_buffer_cache_mib = -1;
     o.cpu_pin_threads = -1;
+    o.cpu_spin_us = -1;
     return o;
 }
 
@@ -100,6 +101,19 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
     }
     EMBER_FAIL_IF(o.cpu_pin_threads < -1 || o.cpu_pin_threads > 1, EMBER_ERR_INVALID_ARGUMENT,
                   "context_create: cpu_pin_threads must be -1, 0 or 1, got %d", o.cpu_pin_threads);
+    if (o.cpu_spin_us == -1 && (env = getenv("EMBER_CPU_SPIN_US")) && *env) {
+        char *end;
+        long long n = strtoll(env, &end, 10);
+        EMBER_FAIL_IF(*end || n < 0 || n > EMBER_CPU_SPIN_US_MAX, EMBER_ERR_INVALID_ARGUMENT,
+                      "context_create: EMBER_CPU_SPIN_US=\"%s\" is not a time in microseconds "
+                      "(0 .. %d)",
+                      env, EMBER_CPU_SPIN_US_MAX);
+        o.cpu_spin_us = n;
+    }
+    EMBER_FAIL_IF(o.cpu_spin_us < -1 || o.cpu_spin_us > EMBER_CPU_SPIN_US_MAX,
+                  EMBER_ERR_INVALID_ARGUMENT,
+                  "context_create: cpu_spin_us %lld is outside -1 .. %d", o.cpu_spin_us,
+                  EMBER_CPU_SPIN_US_MAX);
     EMBER_TRY(
         cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
     EMBER_TRY(cache_mib("opencl_buffer_cache_mib", "EMBER_OPENCL_BUFFER_CACHE_MIB",

@@ -34,6 +34,7 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
     s->num_threads = opts->num_threads > 0 ? opts->num_threads : (online > 0 ? (int)online : 1);
     snprintf(s->max_isa, sizeof s->max_isa, "%s", opts->cpu_max_isa ? opts->cpu_max_isa : "");
     s->pin_threads = opts->cpu_pin_threads != 0; /* -1 (the default) and 1: on */
+    s->spin_us = opts->cpu_spin_us < 0 ? EMBER_CPU_SPIN_US_DEFAULT : opts->cpu_spin_us;
     long long mib = opts->cpu_buffer_cache_mib;
     size_t cap = mib < 0 ? ember__cpu_bufcache_default_cap() : (size_t)mib << 20;
     ember_status st = ember__bufcache_init(&s->cache, cap, EMBER__CPU_BUFCACHE_MIN,

@@ -20,6 +20,7 @@ typedef struct ember__cpu_state {
     ember_context *ctx;
     int num_threads;       /* threads for ember's own kernels */
     int pin_threads;       /* pin the pool's workers to CPUs (ember_options.cpu_pin_threads) */
+    long long spin_us;     /* an idle worker polls this long before it sleeps (cpu_spin_us) */
     char max_isa[32];      /* the cap asked for ("" = none) */
     char int8_path[48];    /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
     void *kernels;         /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
@@ -33,6 +34,8 @@ typedef void (*ember__task_fn)(void *arg, int64_t task, int thread);
 void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_fn fn, void *arg);
 /* How many of the pool's workers run pinned to one CPU (tests read it). */
 int ember__cpu_pool_pinned(const ember__cpu_state *s);
+/* How many times the pool's workers have gone to sleep after polling in vain (tests read it). */
+long long ember__cpu_pool_sleeps(const ember__cpu_state *s);
 /* The CPU state of a context (its CPU backend is always present). */
 ember__cpu_state *ember__cpu_state_of(const ember_context *ctx);
 

@@ -6,22 +6,29 @@
  * the calling thread takes part. When every task is claimed the caller withdraws the pointer and
  * waits only for the workers inside the job (`active`): a worker counts itself in before it loads
  * the pointer, so one that wakes late finds no job and never holds the caller up (waking a sleeping
- * vCPU can take longer than a decode-sized product). Idle workers spin briefly on the generation
- * and then sleep on a condition variable. One job runs at a time: a call made while the pool is
+ * vCPU can take longer than a decode-sized product). Idle workers poll the generation for the
+ * context's spin time (ember_options.cpu_spin_us, 10 us by default) and then sleep on a condition
+ * variable. One job runs at a time: a call made while the pool is
  * busy (another application thread on the same context) runs its tasks inline on the calling
  * thread, which is always correct. Without a pool (start failed or one thread) every call runs
  * inline. */
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "cpu_backend.h"
 #include "qgemm.h"
 
 #define POOL_MAX 256
-/* pauses before an idle worker sleeps: 11 us where a pause takes 11 ns (the 2-vCPU development
- * VM). Short, because other libraries share the cores; waking a sleeping worker there costs the
- * caller 15-50 us (a cross-CPU futex wake in that VM). */
-#define SPIN_ITERS 1000
+/* An idle worker polls the generation for the context's spin time (ember_options.cpu_spin_us,
+ * 10 us by default: short, because other libraries share the cores), reading the clock every
+ * SPIN_CHECK pauses, then sleeps on the condition variable. Waking a sleeping worker costs the
+ * next call 15-70 us on the 2-vCPU development VM (a cross-CPU futex wake of a halted vCPU); a
+ * longer spin trades a busy CPU after each call for that (bench/bench_decode.c). */
+#define SPIN_CHECK 16
+/* pauses the calling thread spins, at the end of a call, waiting for the workers still inside the
+ * job before it yields its CPU between checks */
+#define CALLER_SPIN_ITERS 1000
 
 typedef struct pool pool;
 typedef struct worker_ctx {
@@ -47,6 +54,8 @@ struct pool {
     pthread_mutex_t scratch_mu;
     void *scratch;
     size_t scratch_bytes;
+    uint64_t spin_ns;          /* an idle worker polls this long before it sleeps */
+    atomic_llong sleeps;       /* times a worker went to sleep (tests read it) */
     atomic_uint gen;           /* bumped per job (wakes the workers) */
     atomic_int active;         /* workers inside the current job */
     _Atomic(struct job *) job; /* the open job, NULL between jobs */
@@ -68,23 +77,37 @@ static void run_tasks(job *j, int thread) {
     }
 }
 
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *worker_main(void *v) {
     const worker_ctx *w = v;
     pool *p = w->p;
     const int thread = w->thread;
     unsigned seen = 0; /* the generation at start: jobs may be published before this thread runs */
     for (;;) {
-        unsigned g;
-        int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-               spins < SPIN_ITERS) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#endif
-            spins++;
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (g == seen && p->spin_ns > 0) {
+            const uint64_t t0 = mono_ns();
+            for (unsigned n = 1;; n++) {
+                cpu_pause();
+                if ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) != seen ||
+                    (n % SPIN_CHECK == 0 && mono_ns() - t0 >= p->spin_ns))
+                    break;
+            }
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
+            atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
             while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
                    !atomic_load_explicit(&p->stop, memory_order_acquire))
                 pthread_cond_wait(&p->wake, &p->mu);
@@ -145,6 +168,8 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_mutex_init(&p->busy, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_mutex_init(&p->scratch_mu, NULL);
+    p->spin_ns = (uint64_t)s->spin_us * 1000u;
+    atomic_init(&p->sleeps, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->active, 0);
     atomic_init(&p->stop, 0);
@@ -219,6 +244,11 @@ int ember__cpu_pool_pinned(const ember__cpu_state *s) {
     return p ? p->pinned : 0;
 }
 
+long long ember__cpu_pool_sleeps(const ember__cpu_state *s) {
+    pool *p = s ? s->kernels : NULL;
+    return p ? atomic_load_explicit(&p->sleeps, memory_order_relaxed) : 0;
+}
+
 void ember__cpu_pool_stop(ember__cpu_state *s) {
     pool *p = s ? s->kernels : NULL;
     if (!p)
@@ -263,12 +293,10 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
     atomic_store_explicit(&p->job, NULL, memory_order_seq_cst);
     int spins = 0;
     while (atomic_load_explicit(&p->active, memory_order_seq_cst) > 0) {
-        if (++spins > SPIN_ITERS)
+        if (++spins > CALLER_SPIN_ITERS)
             sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
         else
-            __builtin_ia32_pause();
-#endif
+            cpu_pause();
     }
     pthread_mutex_unlock(&p->busy);
 }

@@ -67,7 +67,18 @@ typedef struct ember_options {
      * q_matmul 700-800 us against 420-520 us). -1 (default): EMBER_CPU_PIN (0 or 1), else on; 0:
      * off; 1: on. The calling thread is never pinned. */
     int cpu_pin_threads;
+    /* appended. CPU: how long an idle worker of the context's pool keeps polling for the next call
+     * before it sleeps, in microseconds. A sleeping worker is woken by the next call, which on a
+     * VM costs that call tens of microseconds (measured on a 2-vCPU VM: the caller 17-21 us in the
+     * wake, the worker starting 35-58 us into the call), so an engine that calls back to back with
+     * gaps a little longer than the default (decode: one small q_matmul after another, some other
+     * work between them) gains from a longer spin, at the cost of a CPU kept busy that long after
+     * every call (bench/bench_decode.c measures both). -1 (default): EMBER_CPU_SPIN_US, else
+     * EMBER_CPU_SPIN_US_DEFAULT (10 us); 0: sleep at once; at most EMBER_CPU_SPIN_US_MAX (1 s). */
+    long long cpu_spin_us;
 } ember_options;
+#define EMBER_CPU_SPIN_US_DEFAULT 10
+#define EMBER_CPU_SPIN_US_MAX 1000000
 
 typedef struct ember_device_info {
     char name[128], vendor[64], driver[64];
