@@ -17,6 +17,8 @@
  * GOPS (2mnk / call), the long spin's speed over the default's, and the other threads' CPU us per
  * call.
  *
+ * OpenBLAS's and OpenMP's idle spins are shortened as in the other benches (blas_coretype.h).
+ *
  * Usage: bench_decode [--json] [--reps N] [--spin US] [--shape M,N,K]... [--gap US]...
  * Defaults: shapes 1 x 4096 x 4096 and 8 x 4096 x 4096, gaps 0, 30 and 100 us, long spin 250 us,
  * 7 rounds of 16 calls per context. */
@@ -140,6 +142,9 @@ static int parse_shape(const char *v, int64_t *m, int64_t *n, int64_t *k) {
 }
 
 int main(int argc, char **argv) {
+    /* OpenBLAS (linked, unused here) keeps a thread polling for work unless told otherwise: it
+     * used a whole CPU beside every round, which the CPU column would charge to ember's spin */
+    ember_tool_bench_env(argv, openblas_get_corename());
     int json = 0, reps = 7;
     long long spin = 250;
     int64_t shp[MAX_SHAPES][3];
