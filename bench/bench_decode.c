@@ -142,8 +142,9 @@ static int parse_shape(const char *v, int64_t *m, int64_t *n, int64_t *k) {
 }
 
 int main(int argc, char **argv) {
-    /* OpenBLAS (linked, unused here) keeps a thread polling for work unless told otherwise: it
-     * used a whole CPU beside every round, which the CPU column would charge to ember's spin */
+    /* OpenBLAS (linked, unused here) keeps a thread polling for its first ~0.1 s unless told
+     * otherwise: a whole CPU beside the first rounds, which the CPU column would charge to
+     * ember's spin */
     ember_tool_bench_env(argv, openblas_get_corename());
     int json = 0, reps = 7;
     long long spin = 250;
