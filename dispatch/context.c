@@ -8,6 +8,9 @@
 
 #include "internal.h"
 
+#define EMBER__STR_(x) #x
+#define EMBER__STR(x) EMBER__STR_(x)
+
 ember_options ember_options_default(void) {
     ember_options o;
     memset(&o, 0, sizeof o);
@@ -39,23 +42,29 @@ static int isa_valid(const char *s) {
     return 0;
 }
 
-/* A buffer cache's size in MiB: the option when not -1, else the variable `var` when set, else -1
- * (the backend's default). */
-static ember_status cache_mib(const char *field, const char *var, long long *mib) {
+/* A long long option that -1 leaves to the variable `var` (when set), else to the backend's
+ * default: the variable must be an integer in 0 .. max (`unit` says what, in the message), the
+ * option -1 or in 0 .. max (`max_text`, the bound as the message writes it). */
+static ember_status ll_option(const char *field, const char *var, const char *unit, long long max,
+                              const char *max_text, long long *v) {
     const char *env;
-    const long long max = (long long)1 << 30;
-    if (*mib == -1 && (env = getenv(var)) && *env) {
+    if (*v == -1 && (env = getenv(var)) && *env) {
         char *end;
         long long n = strtoll(env, &end, 10);
         EMBER_FAIL_IF(*end || n < 0 || n > max, EMBER_ERR_INVALID_ARGUMENT,
-                      "context_create: %s=\"%s\" is not a size in MiB (0 .. 2^30; 0 turns the "
-                      "cache off)",
-                      var, env);
-        *mib = n;
+                      "context_create: %s=\"%s\" is not %s", var, env, unit);
+        *v = n;
     }
-    EMBER_FAIL_IF(*mib < -1 || *mib > max, EMBER_ERR_INVALID_ARGUMENT,
-                  "context_create: %s %lld is outside -1 .. 2^30", field, *mib);
+    EMBER_FAIL_IF(*v < -1 || *v > max, EMBER_ERR_INVALID_ARGUMENT,
+                  "context_create: %s %lld is outside -1 .. %s", field, *v, max_text);
     return EMBER_OK;
+}
+
+/* A buffer cache's size in MiB: the option when not -1, else the variable `var` when set, else -1
+ * (the backend's default). */
+static ember_status cache_mib(const char *field, const char *var, long long *mib) {
+    return ll_option(field, var, "a size in MiB (0 .. 2^30; 0 turns the cache off)",
+                     (long long)1 << 30, "2^30", mib);
 }
 
 /* Resolve options: explicit fields first, then the environment, then the defaults. */
@@ -101,19 +110,9 @@ static ember_status config_load(ember_context *ctx, const ember_options *opts) {
     }
     EMBER_FAIL_IF(o.cpu_pin_threads < -1 || o.cpu_pin_threads > 1, EMBER_ERR_INVALID_ARGUMENT,
                   "context_create: cpu_pin_threads must be -1, 0 or 1, got %d", o.cpu_pin_threads);
-    if (o.cpu_spin_us == -1 && (env = getenv("EMBER_CPU_SPIN_US")) && *env) {
-        char *end;
-        long long n = strtoll(env, &end, 10);
-        EMBER_FAIL_IF(*end || n < 0 || n > EMBER_CPU_SPIN_US_MAX, EMBER_ERR_INVALID_ARGUMENT,
-                      "context_create: EMBER_CPU_SPIN_US=\"%s\" is not a time in microseconds "
-                      "(0 .. %d)",
-                      env, EMBER_CPU_SPIN_US_MAX);
-        o.cpu_spin_us = n;
-    }
-    EMBER_FAIL_IF(o.cpu_spin_us < -1 || o.cpu_spin_us > EMBER_CPU_SPIN_US_MAX,
-                  EMBER_ERR_INVALID_ARGUMENT,
-                  "context_create: cpu_spin_us %lld is outside -1 .. %d", o.cpu_spin_us,
-                  EMBER_CPU_SPIN_US_MAX);
+    EMBER_TRY(ll_option("cpu_spin_us", "EMBER_CPU_SPIN_US",
+                        "a time in microseconds (0 .. " EMBER__STR(EMBER_CPU_SPIN_US_MAX) ")",
+                        EMBER_CPU_SPIN_US_MAX, EMBER__STR(EMBER_CPU_SPIN_US_MAX), &o.cpu_spin_us));
     EMBER_TRY(
         cache_mib("cpu_buffer_cache_mib", "EMBER_CPU_BUFFER_CACHE_MIB", &o.cpu_buffer_cache_mib));
     EMBER_TRY(cache_mib("opencl_buffer_cache_mib", "EMBER_OPENCL_BUFFER_CACHE_MIB",

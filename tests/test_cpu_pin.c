@@ -158,23 +158,12 @@ static void test_bad_settings(void) {
     unsetenv("EMBER_CPU_PIN");
 }
 
+/* a context of two threads, pinned or not */
+static ember_context *ctx_pin2(long long pin) { return ctx_pin((int)pin, 2); }
+
 static void test_same_bits(void) {
-    const int64_t m = 37, k = 320, n = 200;
-    float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
-    float *r[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
-    uint64_t seed = tu_seed();
-    tu_rand_f32(&seed, x, (size_t)(m * k), -2.0f, 2.0f);
-    tu_rand_f32(&seed, w, (size_t)(k * n), -1.0f, 1.0f);
-    for (int pin = 0; pin < 2; pin++) {
-        ember_context *c = ctx_pin(pin, 2);
-        tu_q8_matmul(c, TU_CPU, m, k, n, x, w, r[pin]);
-        ember_context_destroy(c);
-    }
-    CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * 4), 0);
-    free(x);
-    free(w);
-    free(r[0]);
-    free(r[1]);
+    const long long pins[2] = {0, 1};
+    tu_q8_same_bits(ctx_pin2, pins, 37, 320, 200);
 }
 
 static CU_TestInfo pin_tests[] = {

@@ -107,23 +107,8 @@ static void test_long_spin_keeps_polling(void) {
 }
 
 static void test_same_bits(void) {
-    const int64_t m = 5, k = 320, n = 200;
-    float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
-    float *r[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
-    uint64_t seed = tu_seed();
-    tu_rand_f32(&seed, x, (size_t)(m * k), -2.0f, 2.0f);
-    tu_rand_f32(&seed, w, (size_t)(k * n), -1.0f, 1.0f);
     const long long spins[2] = {0, 200000};
-    for (int i = 0; i < 2; i++) {
-        ember_context *c = ctx_spin(spins[i]);
-        tu_q8_matmul(c, TU_CPU, m, k, n, x, w, r[i]);
-        ember_context_destroy(c);
-    }
-    CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * 4), 0);
-    free(x);
-    free(w);
-    free(r[0]);
-    free(r[1]);
+    tu_q8_same_bits(ctx_spin, spins, 5, 320, 200);
 }
 
 static void test_bad_settings(void) {

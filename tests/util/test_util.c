@@ -127,6 +127,27 @@ void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int6
     tu_q8_matmul_nd(c, dev, 2, sx, sw, x, w, r, (size_t)(m * n) * sizeof(float), NULL, NULL);
 }
 
+void tu_q8_same_bits(ember_context *(*make)(long long), const long long setting[2], int64_t m,
+                     int64_t k, int64_t n) {
+    float *x = malloc((size_t)(m * k) * sizeof *x), *w = malloc((size_t)(k * n) * sizeof *w);
+    float *r[2] = {malloc((size_t)(m * n) * sizeof(float)),
+                   malloc((size_t)(m * n) * sizeof(float))};
+    CU_ASSERT_FATAL(x && w && r[0] && r[1]);
+    uint64_t seed = tu_seed();
+    tu_rand_f32(&seed, x, (size_t)(m * k), -2.0f, 2.0f);
+    tu_rand_f32(&seed, w, (size_t)(k * n), -1.0f, 1.0f);
+    for (int i = 0; i < 2; i++) {
+        ember_context *c = make(setting[i]);
+        tu_q8_matmul(c, TU_CPU, m, k, n, x, w, r[i]);
+        ember_context_destroy(c);
+    }
+    CU_ASSERT_EQUAL(memcmp(r[0], r[1], (size_t)(m * n) * sizeof(float)), 0);
+    free(x);
+    free(w);
+    free(r[0]);
+    free(r[1]);
+}
+
 void tu_check_status(const char *file, int line, ember_status got, ember_status want,
                      const char *needle) {
     CU_assertImplementation(got == want, (unsigned)line, "status as expected", file, "", CU_FALSE);

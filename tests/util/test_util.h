@@ -80,5 +80,10 @@ void tu_q8_matmul_nd(ember_context *c, ember_device dev, int rank, const int64_t
 /* The same for x [m, k] and w [k, n] into r [m, n], nothing kept. */
 void tu_q8_matmul(ember_context *c, ember_device dev, int64_t m, int64_t k, int64_t n,
                   const float *x, const float *w, float *r);
+/* A setting that must not change results: fresh random x [m, k] and w [k, n] q_matmul'd (as
+ * tu_q8_matmul) on the CPU of each context made by make(setting[i]) for i = 0, 1 (each destroyed
+ * after its product); asserts the two products are the same bits. */
+void tu_q8_same_bits(ember_context *(*make)(long long), const long long setting[2], int64_t m,
+                     int64_t k, int64_t n);
 
 #endif
