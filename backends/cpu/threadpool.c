@@ -8,10 +8,9 @@
  * the pointer, so one that wakes late finds no job and never holds the caller up (waking a sleeping
  * vCPU can take longer than a decode-sized product). Idle workers poll the generation for the
  * context's spin time (ember_options.cpu_spin_us, 10 us by default) and then sleep on a condition
- * variable. One job runs at a time: a call made while the pool is
- * busy (another application thread on the same context) runs its tasks inline on the calling
- * thread, which is always correct. Without a pool (start failed or one thread) every call runs
- * inline. */
+ * variable. One job runs at a time: a call made while the pool is busy (another application
+ * thread on the same context) runs its tasks inline on the calling thread, which is always
+ * correct. Without a pool (start failed or one thread) every call runs inline. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <time.h>
