@@ -9,13 +9,13 @@
  * against the gap for each spin, and what the spin costs: the CPU time the process used beyond
  * the calling thread's own, per call (the worker's work and its polling).
  *
- * Per shape and gap, the two contexts run in alternating rounds (each round: `calls` calls on one
- * context, the caller spinning `gap` us before each; then 2 ms asleep, so that a spinning worker
- * stops before the other context's round). The weights are Q8S per tensor, packed by the warm-up
- * (the cached path), the activations Q8S; the calls go through the public API (ember_q_matmul,
- * the output allocated per call). Reported: median us per call over all calls of all rounds,
- * GOPS (2mnk / call), the long spin's speed over the default's, and the other threads' CPU us per
- * call.
+ * Per shape and gap, the two contexts run in alternating rounds (each round: CALLS = 16 calls on
+ * one context, the caller spinning `gap` us before each; then 2 ms asleep, so that a spinning
+ * worker stops before the other context's round). The weights are Q8S per tensor, packed by the
+ * warm-up (the cached path), the activations Q8S; the calls go through the public API
+ * (ember_q_matmul, the output allocated per call). Reported: median us per call over all calls of
+ * all rounds, GOPS (2mnk / call), the long spin's speed over the default's, and the other
+ * threads' CPU us per call.
  *
  * OpenBLAS's and OpenMP's idle spins are shortened as in the other benches (blas_coretype.h).
  *
