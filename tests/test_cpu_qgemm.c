@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backends/cpu/fq_matmul.h"
 #include "backends/cpu/qgemm.h"
 #include "test_util.h"
 
@@ -891,6 +892,131 @@ static void test_dynamic_activation_quant(void) {
     }
 }
 
+/* (F,Q) with up to EMBER__FQ_MAX_ROWS rows: burn's float path, fused (backends/cpu/fq_matmul.c).
+ * Every scale layout the fused path reads (per tensor; per column; blocks along K that divide
+ * K, across the kernel's K chunks; one scale across the columns; F32 / F16 / BF16 scales; two-level
+ * with a global scale; UE4M3 block scales, decoded per call) and one it leaves to the dequantize
+ * path (8 columns a block), on shapes with column tails and batches: the float64 reference of the
+ * dequantized weights within 1e-5 of the largest output, the weights never packed; and with one-hot
+ * rows of the lhs, each output row is the dequantized weight row bit for bit (the fused weights are
+ * ember_dequantize's). Run by CTest on the AVX-512 kernel and, with EMBER_CPU_MAX_ISA capped
+ * (make test-tiers), on the portable one. */
+static ember_qscheme fq_scheme(int kind, int64_t k, int64_t n) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    switch (kind) {
+    case 1: /* per column */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){k, 1});
+        break;
+    case 2: /* blocks of 32 along K, F16 scales */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){32, 1});
+        s.block_scale = EMBER_SCALE_F16;
+        break;
+    case 3: /* blocks of 48 along K (not a divisor of the kernel's K chunk), BF16 scales */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){48, 1});
+        s.block_scale = EMBER_SCALE_BF16;
+        break;
+    case 4: /* one scale per K row across the columns */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){1, n});
+        break;
+    case 5: /* two-level: F16 blocks of 16 under a global f32 scale */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){16, 1});
+        s.block_scale = EMBER_SCALE_F16;
+        s.tensor_level = 1;
+        break;
+    case 6: /* two-level with UE4M3 block scales (decoded per call) */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){32, 1});
+        s.block_scale = EMBER_SCALE_UE4M3;
+        s.tensor_level = 1;
+        break;
+    case 7: /* 8 columns a block: left to dequantize + float matmul */
+        s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){k, 8});
+        break;
+    default: /* Q8F per tensor */
+        s = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
+        break;
+    }
+    return s;
+}
+
+static void test_fq_fused(void) {
+    ember_context *ctx = tu_cpu_context();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    const int64_t shapes[][3] = {{1, 64, 50},
+                                 {3, 96, 257},
+                                 {16, 128, 64},
+                                 {2, 288, 130},
+                                 {5, 1, 7},
+                                 {64, 64, 300},
+                                 {EMBER__FQ_MAX_ROWS + 1, 64, 40}};
+    for (int kind = 0; kind <= 8; kind++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            ember_qscheme s = fq_scheme(kind, k, n);
+            if ((kind == 2 && k % 32) || (kind == 5 && k % 16) || (kind == 6 && k % 32))
+                continue; /* blocks that must divide K */
+            ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+            if (ember_quantize(wf, &s, &w) != EMBER_OK) { /* a block the shape cannot take */
+                ember_tensor_free(wf);
+                continue;
+            }
+            ember_tensor_free(wf);
+            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *y = NULL;
+            int64_t cells;
+            double *ref = reference(x, w, &cells);
+            TU_OK(ember_q_matmul(x, w, &y));
+            const double err = max_rel_err(y, ref, cells);
+            CU_ASSERT(err < 1e-5);
+            if (err >= 1e-5)
+                printf("\n  scheme %d, %lld x %lld x %lld: error %.3g ", kind, (long long)m,
+                       (long long)k, (long long)n, err);
+            CU_ASSERT_FALSE(packed(w));
+            free(ref);
+            ember_tensor_free(y);
+            /* one-hot rows: row i picks weight row (i * 7) % k, which must come back exactly */
+            float *oh = calloc((size_t)(m * k), sizeof(float)), *out = malloc((size_t)(m * n) * 4);
+            for (int64_t i = 0; i < m; i++)
+                oh[i * k + (i * 7) % k] = 1.0f;
+            ember_tensor *xo = NULL, *dw = NULL;
+            TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, oh, &xo));
+            TU_OK(ember_q_matmul(xo, w, &y));
+            TU_OK(ember_dequantize(w, &dw));
+            float *dq = malloc((size_t)(k * n) * 4);
+            TU_OK(ember_tensor_read(dw, dq, (size_t)(k * n) * 4));
+            TU_OK(ember_tensor_read(y, out, (size_t)(m * n) * 4));
+            int same = 1;
+            for (int64_t i = 0; i < m && same; i++)
+                same = memcmp(out + i * n, dq + ((i * 7) % k) * n, (size_t)n * 4) == 0;
+            CU_ASSERT(same);
+            free(oh);
+            free(out);
+            free(dq);
+            ember_tensor_free(xo);
+            ember_tensor_free(dw);
+            ember_tensor_free(y);
+            ember_tensor_free(x);
+            ember_tensor_free(w);
+        }
+    /* batches: a rank-3 lhs against a rank-2 weight, and rank-3 against rank-3 (per tensor) */
+    ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme pc = fq_scheme(1, 96, 70);
+    const ember_qscheme *bs[2] = {&pc, &pt};
+    const int64_t wsh[2][3] = {{96, 70, 0}, {3, 96, 70}};
+    for (int c = 0; c < 2; c++) {
+        ember_tensor *x = mk_f32(ctx, 3, (int64_t[]){3, 4, 96}, -1.0f, 1.0f), *y = NULL;
+        ember_tensor *w = mk_q(ctx, bs[c], c ? 3 : 2, c ? wsh[1] : wsh[0]);
+        int64_t cells;
+        double *ref = reference(x, w, &cells);
+        TU_OK(ember_q_matmul(x, w, &y));
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        CU_ASSERT_FALSE(packed(w));
+        free(ref);
+        ember_tensor_free(y);
+        ember_tensor_free(x);
+        ember_tensor_free(w);
+    }
+    ember_context_destroy(ctx);
+}
+
 /* Fail the n-th allocation of one q_matmul, for n = 1, 2, ... until the call succeeds (a fresh
  * context each time, so that the kernels' scratch is allocated too): each failure gives
  * EMBER_ERR_OUT_OF_MEMORY and no output, frees what the call took (where B got no pack), and the
@@ -1160,6 +1286,7 @@ int main(void) {
         {"wide weights: first call, cached call, thread counts, same bits", test_wide_same_bits},
         {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
+        {"(F,Q) few rows: the fused float path", test_fq_fused},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
         {"first calls on B as stored: allocation failures", test_direct_oom},
         {"cpu_max_isa caps the tier, describe names it", test_tier_cap},

@@ -12,8 +12,11 @@
  * with EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) and the dispatcher falls back to burn's
  * dequantize + float matmul.
  *
- * (F,Q) / (Q,F): declined by default (burn keeps the float operand float: the dispatcher's
- * dequantize + OpenBLAS path). With ember_options.dynamic_activation_quant (opt-in, LOSSY) the
+ * (F,Q) / (Q,F): burn keeps the float operand float. By default (F,Q) with an F32 lhs of up to
+ * EMBER__FQ_MAX_ROWS rows against 8-bit Native weights runs the fused float path (fq_matmul.c:
+ * each weight dequantized in registers as it is read, f32 sums; no dequantized copy); the other
+ * cases are declined, for the dispatcher's dequantize + OpenBLAS path. With
+ * ember_options.dynamic_activation_quant (opt-in, LOSSY) the
  * float operand is quantized on the fly to Q8S, symmetric, per row of a float A (per column of a
  * float B): scale = max|x| / 127, q = round(x / scale); then the integer kernel (W8A8). The error
  * is that of an 8-bit quantization of the activations, on top of the weights' own.
@@ -31,6 +34,7 @@
 #include <string.h>
 
 #include "../../quant/quant_impl.h"
+#include "fq_matmul.h"
 #include "qgemm.h"
 
 #define QCACHE_KIND 0x51384201 /* "Q8B" v1: data is a qcache */
@@ -298,6 +302,8 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if ((aq && !int_value(&a->scheme)) || (bq && !int_value(&b->scheme)))
         return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (!aq && bq && !s->ctx->opts.dynamic_activation_quant)
+        return ember__cpu_fq_matmul(s, g, a, b, out); /* burn's float path, fused where it fits */
     if ((!aq || !bq) && !s->ctx->opts.dynamic_activation_quant)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if ((!aq && a->dtype != EMBER_F32) || (!bq && b->dtype != EMBER_F32))

@@ -1,0 +1,140 @@
+/* backends/cpu/fq_matmul.c: the fused float path of q_matmul, (F,Q) with few rows (fq_matmul.h).
+ *
+ * burn's default for a float lhs against quantized weights dequantizes the weights and runs a
+ * float matmul. For a decode-sized lhs that spends nearly all the time writing and reading the
+ * dequantized copy (4 bytes a weight, made again on every call): measured on the 2-vCPU VM,
+ * examples/decode_step's F x Q step at 4096 -> 11008 -> 4096 took 69 ms with Q8S weights. Here
+ * each weight is dequantized in registers as it is read (e * (float)q, the same f32 multiply as
+ * ember_dequantize) and multiplied into f32 sums at once; the columns are split over the context's
+ * threads in tasks of EMBER__FQ_TASK_COLS. The weights are not packed: this path reads them as
+ * stored. */
+#include <string.h>
+
+#include "../../quant/quant_impl.h"
+#include "fq_matmul.h"
+#include "qgemm.h"
+
+/* the effective scale at index i of the job's scales */
+static float scale_at(const ember__fq_job *jb, int64_t i) {
+    float t;
+    if (jb->sfmt == EMBER__FQ_SF32) {
+        memcpy(&t, (const float *)jb->sc + i, sizeof t);
+    } else {
+        uint16_t h;
+        memcpy(&h, (const uint16_t *)jb->sc + i, sizeof h);
+        t = jb->sfmt == EMBER__FQ_SF16 ? ember__f16_to_f32(h) : ember__bf16_to_f32(h);
+    }
+    return jb->two_level ? jb->glob * t : t;
+}
+
+/* the portable kernel (tiers below AVX-512): a task's sums in acc, one row of dequantized weights
+ * at a time */
+void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1) {
+    if (j1 > jb->n)
+        j1 = jb->n;
+    const int64_t w = j1 - j0, m = jb->m, k = jb->k, n = jb->n;
+    float acc[EMBER__FQ_MAX_ROWS][EMBER__FQ_TASK_COLS];
+    float wrow[EMBER__FQ_TASK_COLS];
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < w; j++)
+            acc[i][j] = 0.0f;
+    for (int64_t kk = 0; kk < k; kk++) {
+        const int8_t *q = jb->b + kk * n + j0;
+        const int64_t e0 = (kk / jb->bk) * jb->nbn;
+        if (jb->bn == 1)
+            for (int64_t j = 0; j < w; j++)
+                wrow[j] = scale_at(jb, e0 + j0 + j) * (float)q[j];
+        else
+            for (int64_t j = 0; j < w; j++)
+                wrow[j] = scale_at(jb, e0) * (float)q[j];
+        for (int64_t i = 0; i < m; i++) {
+            const float x = jb->a[i * k + kk];
+            for (int64_t j = 0; j < w; j++)
+                acc[i][j] += x * wrow[j];
+        }
+    }
+    for (int64_t i = 0; i < m; i++)
+        memcpy(jb->c + i * n + j0, acc[i], (size_t)w * sizeof(float));
+}
+
+typedef struct fq_run {
+    ember__fq_job job; /* batch 0's; the others differ in a, b, c */
+    const ember__gemm *g;
+    const float *a0;
+    const int8_t *b0;
+    float *c0;
+    int64_t col_tasks;
+    void (*cols)(const ember__fq_job *, int64_t, int64_t);
+} fq_run;
+
+static void fq_task(void *arg, int64_t t, int thread) {
+    (void)thread;
+    const fq_run *r = arg;
+    const int64_t bi = t / r->col_tasks, ct = t % r->col_tasks;
+    ember__fq_job jb = r->job;
+    jb.a = r->a0 + r->g->a_off[bi];
+    jb.b = r->b0 + r->g->b_off[bi];
+    jb.c = r->c0 + bi * jb.m * jb.n;
+    r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
+}
+
+ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
+                                  const ember_tensor *b, ember_tensor *out) {
+    const int64_t m = g->m, n = g->n, k = g->k;
+    if (a->dtype != EMBER_F32 || b->dtype != EMBER_QFLOAT || out->dtype != EMBER_F32 ||
+        g->trans_a || g->trans_b || m < 1 || m > EMBER__FQ_MAX_ROWS || n < 1 || k < 1)
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    if (b->scheme.store != EMBER_QSTORE_NATIVE ||
+        ember__qvalue_get_info(b->scheme.value)->bits != 8)
+        return EMBER_ERR_QUANT_UNSUPPORTED;
+    int64_t bk = k, bn = n, nbn = 1;
+    if (b->q.grid_rank == b->rank) { /* blocks: a rank-2 weight, per column or across n */
+        if (b->rank != 2)
+            return EMBER_ERR_QUANT_UNSUPPORTED;
+        bk = b->q.block_full[0] < k ? b->q.block_full[0] : k;
+        bn = b->q.block_full[1];
+        nbn = b->q.grid[1];
+        if (bn != 1 && bn < n)
+            return EMBER_ERR_QUANT_UNSUPPORTED;
+    }
+    /* the scales as stored where they are f32, f16 or bf16 (the global f32 scale of a two-level
+     * scheme applied as ember_dequantize does); other formats decoded once per call */
+    const ember__qlayout *L = &b->q;
+    const ember_scale_dtype sd = b->scheme.block_scale;
+    int sfmt = -1;
+    if (L->scale_size == 4 && sd == EMBER_SCALE_F32)
+        sfmt = EMBER__FQ_SF32;
+    else if (L->scale_size == 2 && sd == EMBER_SCALE_F16)
+        sfmt = EMBER__FQ_SF16;
+    else if (L->scale_size == 2 && sd == EMBER_SCALE_BF16)
+        sfmt = EMBER__FQ_SBF16;
+    float *eff = NULL, glob = 1.0f;
+    const void *sc = (const uint8_t *)b->buf + L->scales_offset;
+    int two_level = L->global_bytes == 4;
+    if (sfmt < 0) {
+        eff = ember__malloc(L->nscales * sizeof(float));
+        EMBER_FAIL_IF(!eff, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
+        ember_status st = ember__qtensor_effective_scales(b, eff);
+        if (st != EMBER_OK) {
+            ember__free(eff);
+            return st;
+        }
+        sc = eff;
+        sfmt = EMBER__FQ_SF32;
+        two_level = 0;
+    } else if (two_level) {
+        memcpy(&glob, (const uint8_t *)b->buf + L->global_offset, sizeof glob);
+    }
+    const int vec =
+        ember__cpu_tier(s) >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512);
+    fq_run r = {{NULL, NULL, sc, sfmt, two_level, glob, m, n, k, bk, bn, nbn, NULL},
+                g,
+                (const float *)a->buf,
+                (const int8_t *)b->buf,
+                (float *)out->buf,
+                (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
+                vec ? ember__fq_cols_avx512 : ember__fq_cols_c};
+    ember__cpu_parallel_for(s, g->batch * r.col_tasks, fq_task, &r);
+    ember__free(eff);
+    return EMBER_OK;
+}

@@ -1,0 +1,50 @@
+/* backends/cpu/fq_matmul.h (private): the fused float path of q_matmul for a float lhs against
+ * quantized weights, (F,Q), with few rows (decode): burn's dequantize-then-matmul without the
+ * dequantized copy of the weights.
+ *
+ * out[i][j] = sum over k, in order, of a[i][k] * w[k][j], where w[k][j] = e(k, j) * (float)q[k][j]
+ * is exactly burn's dequantized weight (one f32 multiply, quant_impl.h step 7) and e(k, j) the
+ * effective scale of its block. The sums are f32 (fused multiply-add on the AVX-512 tier), so the
+ * result is burn's up to float rounding, as any float matmul is; the weights' int8 values are read
+ * as they are stored, once, and never packed or cached. */
+#ifndef EMBER_CPU_FQ_MATMUL_H
+#define EMBER_CPU_FQ_MATMUL_H
+
+#include "cpu_backend.h"
+
+/* Rows of a (Q8 Native) weight matrix this path takes at most; beyond, the dequantized copy and
+ * OpenBLAS amortize over the rows. */
+#define EMBER__FQ_MAX_ROWS 64
+/* columns of one task (a multiple of 64) */
+#define EMBER__FQ_TASK_COLS 256
+
+/* how the scales are stored: f32, f16, bf16 */
+enum { EMBER__FQ_SF32, EMBER__FQ_SF16, EMBER__FQ_SBF16 };
+
+typedef struct ember__fq_job {
+    const float *a;  /* [m][k], row stride k */
+    const int8_t *b; /* [k][n] int8 values, row stride n */
+    /* the scales: e(k, j) = glob * t (two-level) or t, t the stored scale at index
+     * (k / bk) * nbn + (bn == 1 ? j : 0) of sc in format sfmt (ember_dequantize's e exactly) */
+    const void *sc;
+    int sfmt, two_level;
+    float glob;
+    int64_t m, n, k;
+    int64_t bk;  /* K extent of a scale block (k for one block along K) */
+    int64_t bn;  /* 1 (a scale per column) or >= n (one scale across the columns) */
+    int64_t nbn; /* scale blocks along n */
+    float *c;    /* [m][n], row stride n */
+} ember__fq_job;
+
+/* Columns [j0, j1) of the job (j0 a multiple of 64), every row: portable C and AVX-512. */
+void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);
+void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
+
+/* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
+ * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native weights whose scales are
+ * per-tensor, or (rank 2) per column or one across the columns, in blocks along K of any length;
+ * then the dispatcher runs burn's dequantize + float matmul. */
+ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
+                                  const ember_tensor *b, ember_tensor *out);
+
+#endif

@@ -1,0 +1,139 @@
+/* backends/cpu/fq_matmul_avx512.c: the AVX-512 kernel of the fused (F,Q) path (fq_matmul.h).
+ *
+ * A task's columns are taken 64 at a time (four zmm of 16 f32), the rows 4 at a time, K in
+ * chunks of FQ_KC so that a chunk of the task's weights (FQ_KC rows of its columns, 32 KiB at 256
+ * columns) stays in L1 while every group of rows multiplies it; the f32 sums wait in acc between
+ * chunks (stored and reloaded exactly, so each sum is still taken in K order). Per K step and 64
+ * columns: the 64 int8 values sign-extended and converted (4 x VPMOVSXBD + VCVTDQ2PS), times their
+ * scales (the dequantized weights, bit for bit ember_dequantize's), then one VFMADD per row and
+ * zmm with the row's value broadcast. */
+#include <immintrin.h>
+
+#include "fq_matmul.h"
+
+#define FQ_KC 128
+#define FQ_PF 16 /* the weights' rows fetched this many K steps ahead */
+
+/* 16 effective scales from index i (lanes off in mk read nothing) */
+static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job *jb, int64_t i,
+                                                             __mmask16 mk) {
+    __m512 t;
+    if (jb->sfmt == EMBER__FQ_SF32) {
+        t = _mm512_maskz_loadu_ps(mk, (const float *)jb->sc + i);
+    } else {
+        const __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)jb->sc + i);
+        t = jb->sfmt == EMBER__FQ_SF16
+                ? _mm512_cvtph_ps(h)
+                : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
+}
+
+/* the scales of columns [j, j + 64) for scale-block row kb */
+static inline __attribute__((always_inline)) void
+scales(const ember__fq_job *jb, int64_t kb, int64_t j, const __mmask16 mk[4], __m512 s[4]) {
+    const int64_t e0 = kb * jb->nbn;
+    if (jb->bn != 1) { /* one scale across the columns: lane 0 everywhere */
+        const __m512 one = _mm512_permutexvar_ps(_mm512_setzero_si512(), scales16(jb, e0, 1));
+        for (int t = 0; t < 4; t++)
+            s[t] = one;
+        return;
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+        s[t] = scales16(jb, e0 + j + 16 * t, mk[t]);
+}
+
+/* rows [i0, i0 + R) x columns [j, j + 64) over K steps [k0, k1): sums from and back to acc
+ * (row stride EMBER__FQ_TASK_COLS) */
+static inline __attribute__((always_inline)) void group(const ember__fq_job *jb, int64_t i0,
+                                                        const int R, int64_t j,
+                                                        const __mmask16 mk[4], int full, int64_t k0,
+                                                        int64_t k1, float *acc) {
+    const int64_t n = jb->n, k = jb->k;
+    __m512 c[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            c[r][t] = _mm512_load_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t);
+    int64_t kb = k0 / jb->bk, next = (kb + 1) * jb->bk;
+    __m512 s[4];
+    scales(jb, kb, j, mk, s);
+    for (int64_t kk = k0; kk < k1; kk++) {
+        if (kk == next) {
+            kb++;
+            next += jb->bk;
+            scales(jb, kb, j, mk, s);
+        }
+        const int8_t *q = jb->b + kk * n + j;
+        if (kk + FQ_PF < k)
+            _mm_prefetch((const char *)(q + FQ_PF * n), _MM_HINT_T0);
+        __m512 w[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m128i v = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
+                                   : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
+            w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512 x = _mm512_set1_ps(jb->a[(i0 + r) * k + kk]);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                c[r][t] = _mm512_fmadd_ps(x, w[t], c[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            _mm512_store_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t, c[r][t]);
+}
+
+void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
+    if (j1 > jb->n)
+        j1 = jb->n;
+    const int64_t m = jb->m, k = jb->k, n = jb->n;
+    float acc[EMBER__FQ_MAX_ROWS * EMBER__FQ_TASK_COLS] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < m * EMBER__FQ_TASK_COLS; i++)
+        acc[i] = 0.0f;
+    for (int64_t k0 = 0; k0 < k; k0 += FQ_KC) {
+        const int64_t k1 = k0 + FQ_KC < k ? k0 + FQ_KC : k;
+        for (int64_t j = j0; j < j1; j += 64) {
+            const int64_t nv = j1 - j;
+            __mmask16 mk[4];
+            for (int t = 0; t < 4; t++) {
+                const int64_t v = nv - 16 * t;
+                mk[t] = v >= 16 ? (__mmask16)0xffff
+                                : (v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1u));
+            }
+            const int full = nv >= 64;
+            float *aj = acc + (j - j0);
+            for (int64_t i0 = 0; i0 < m; i0 += 4) {
+                float *ai = aj + i0 * EMBER__FQ_TASK_COLS;
+                switch (m - i0 >= 4 ? 4 : (int)(m - i0)) {
+                case 4:
+                    group(jb, i0, 4, j, mk, full, k0, k1, ai);
+                    break;
+                case 3:
+                    group(jb, i0, 3, j, mk, full, k0, k1, ai);
+                    break;
+                case 2:
+                    group(jb, i0, 2, j, mk, full, k0, k1, ai);
+                    break;
+                default:
+                    group(jb, i0, 1, j, mk, full, k0, k1, ai);
+                    break;
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = j0; j < j1; j += 16) {
+            const int64_t v = j1 - j;
+            const __mmask16 mk = v >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << v) - 1u);
+            _mm512_mask_storeu_ps(jb->c + i * n + j, mk,
+                                  _mm512_load_ps(acc + i * EMBER__FQ_TASK_COLS + (j - j0)));
+        }
+}
