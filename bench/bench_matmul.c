@@ -146,7 +146,13 @@ static void ember_f32_teardown(void *state) {
  *   int8.q8s_first    the same with B's pack cache dropped after every call: each call packs B
  *   int8.q4s_b32      Q8S activations x Q4S weights (PackedU32, blocks of 32 along K, F16 scales)
  *   onednn.s8_reorder oneDNN s8 x s8 -> s32 with B reordered once (then scaled, untimed)
- *   onednn.s8_plain   the same on plain row-major B */
+ *   onednn.s8_plain   the same on plain row-major B
+ * and burn's q_matmul with a float lhs (F x Q: the float operand stays float, the result is that
+ * of dequantize-then-matmul; the only quantization error is the weights'):
+ *   fq.q8s            F32 x Q8S weights (per tensor) through ember_q_matmul: up to 64 rows the
+ *                     fused float path (backends/cpu/fq_matmul.c), beyond it dequantize + sgemm
+ *   fq.q8s_dequant    the same by hand, as burn's default does it: ember_dequantize of the weights
+ *                     then ember_matmul, every call */
 #include "bench_dnnl.h"
 #include "dispatch/internal.h"
 
@@ -187,6 +193,84 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
     snprintf(row->dtype, sizeof row->dtype, "%s", dtype);
     *state = s;
     return 1;
+}
+
+/* F x Q: the lhs stays F32 (in qa), the weights are Q8S per tensor; dequant: dequantize the
+ * weights on every call, then the float matmul (burn's default, by hand) */
+typedef struct fq_state {
+    ember_tensor *x, *qw, *dw, *c;
+    int dequant;
+} fq_state;
+
+static int fq_setup_common(const problem *p, void **state, bench_row *row, int dequant) {
+    fq_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
+    const int64_t sa[] = {p->m, p->k}, sbs[] = {p->k, p->n};
+    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *w = NULL;
+    int ok = ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &s->x) == EMBER_OK &&
+             ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sbs, p->b, &w) == EMBER_OK &&
+             ember_quantize(w, &q8, &s->qw) == EMBER_OK;
+    ember_tensor_free(w);
+    if (!ok) {
+        fprintf(stderr, "ember F x Q setup: %s\n", ember_last_error());
+        ember_tensor_free(s->x);
+        ember_tensor_free(s->qw);
+        free(s);
+        return -1;
+    }
+    s->dequant = dequant;
+    snprintf(row->backend, sizeof row->backend, "cpu");
+    snprintf(row->device, sizeof row->device, "cpu:0");
+    snprintf(row->kernel, sizeof row->kernel, "%s",
+             dequant ? "dequantize+sgemm" : (p->m <= 64 ? "fq fused" : "fq dequant+sgemm"));
+    snprintf(row->dtype, sizeof row->dtype, "F32/Q8S");
+    *state = s;
+    return 1;
+}
+
+static int fq_setup(const problem *p, void **state, bench_row *row) {
+    return fq_setup_common(p, state, row, 0);
+}
+
+static int fq_dequant_setup(const problem *p, void **state, bench_row *row) {
+    return fq_setup_common(p, state, row, 1);
+}
+
+static void fq_after(void *state) {
+    fq_state *s = state;
+    ember_tensor_free(s->c);
+    ember_tensor_free(s->dw);
+    s->c = s->dw = NULL;
+}
+
+static int fq_run(void *state) {
+    fq_state *s = state;
+    fq_after(s);
+    ember_status st = s->dequant ? ember_dequantize(s->qw, &s->dw) : EMBER_OK;
+    if (st == EMBER_OK)
+        st = s->dequant ? ember_matmul(s->x, s->dw, &s->c) : ember_q_matmul(s->x, s->qw, &s->c);
+    if (st != EMBER_OK) {
+        fprintf(stderr, "ember F x Q: %s\n", ember_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int fq_result(void *state, float *dst) {
+    fq_state *s = state;
+    int64_t n = ember_tensor_numel(s->c);
+    return ember_tensor_read(s->c, dst, (size_t)n * sizeof(float)) == EMBER_OK ? 0 : -1;
+}
+
+static void fq_teardown(void *state) {
+    fq_state *s = state;
+    fq_after(s);
+    ember_tensor_free(s->x);
+    ember_tensor_free(s->qw);
+    free(s);
 }
 
 static int q8_setup(const problem *p, void **state, bench_row *row) {
@@ -458,6 +542,8 @@ static const provider providers[] = {
     {"int8.q8s", q8_setup, q_run, q_result, q_after, q_teardown},
     {"int8.q8s_first", q8_first_setup, q_run, q_result, q_after, q_teardown},
     {"int8.q4s_b32", q4_setup, q_run, q_result, q_after, q_teardown},
+    {"fq.q8s", fq_setup, fq_run, fq_result, fq_after, fq_teardown},
+    {"fq.q8s_dequant", fq_dequant_setup, fq_run, fq_result, fq_after, fq_teardown},
 #ifdef EMBER_BENCH_HAVE_DNNL
     {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
     {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
