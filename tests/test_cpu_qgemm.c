@@ -931,8 +931,21 @@ static ember_qscheme fq_scheme(int kind, int64_t k, int64_t n) {
     case 7: /* 8 columns a block: left to dequantize + float matmul */
         s = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){k, 8});
         break;
-    default: /* Q8F per tensor */
+    case 8: /* Q8F per tensor */
         s = ember_qscheme_per_tensor(EMBER_Q8F, EMBER_QSTORE_NATIVE);
+        break;
+    case 9: /* Q4S nibbles per tensor */
+        s = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
+        break;
+    case 10: /* Q4S nibbles, blocks of 32 along K, F16 scales (decode_step's) */
+        s = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 1});
+        s.block_scale = EMBER_SCALE_F16;
+        break;
+    case 11: /* Q4F nibbles per column */
+        s = ember_qscheme_per_block(EMBER_Q4F, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){k, 1});
+        break;
+    default: /* Q2S: left to dequantize + float matmul */
+        s = ember_qscheme_per_tensor(EMBER_Q2S, EMBER_QSTORE_PACKED_U32);
         break;
     }
     return s;
@@ -948,11 +961,11 @@ static void test_fq_fused(void) {
                                  {5, 1, 7},
                                  {64, 64, 300},
                                  {EMBER__FQ_MAX_ROWS + 1, 64, 40}};
-    for (int kind = 0; kind <= 8; kind++)
+    for (int kind = 0; kind <= 12; kind++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
             ember_qscheme s = fq_scheme(kind, k, n);
-            if ((kind == 2 && k % 32) || (kind == 5 && k % 16) || (kind == 6 && k % 32))
+            if (((kind == 2 || kind == 6 || kind == 10) && k % 32) || (kind == 5 && k % 16))
                 continue; /* blocks that must divide K */
             ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
             if (ember_quantize(wf, &s, &w) != EMBER_OK) { /* a block the shape cannot take */
@@ -996,12 +1009,14 @@ static void test_fq_fused(void) {
             ember_tensor_free(x);
             ember_tensor_free(w);
         }
-    /* batches: a rank-3 lhs against a rank-2 weight, and rank-3 against rank-3 (per tensor) */
+    /* batches: a rank-3 lhs against a rank-2 weight, and rank-3 against rank-3 (per tensor, 8-
+     * and 4-bit) */
     ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_qscheme pt4 = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
     ember_qscheme pc = fq_scheme(1, 96, 70);
-    const ember_qscheme *bs[2] = {&pc, &pt};
+    const ember_qscheme *bs[3] = {&pc, &pt, &pt4};
     const int64_t wsh[2][3] = {{96, 70, 0}, {3, 96, 70}};
-    for (int c = 0; c < 2; c++) {
+    for (int c = 0; c < 3; c++) { /* 70 columns: each packed 4-bit row ends in a partial word */
         ember_tensor *x = mk_f32(ctx, 3, (int64_t[]){3, 4, 96}, -1.0f, 1.0f), *y = NULL;
         ember_tensor *w = mk_q(ctx, bs[c], c ? 3 : 2, c ? wsh[1] : wsh[0]);
         int64_t cells;

@@ -13,19 +13,19 @@
  * dequantize + float matmul.
  *
  * (F,Q) / (Q,F): burn keeps the float operand float. By default (F,Q) with an F32 lhs of up to
- * EMBER__FQ_MAX_ROWS rows against 8-bit Native weights runs the fused float path (fq_matmul.c:
- * each weight dequantized in registers as it is read, f32 sums; no dequantized copy); the other
- * cases are declined, for the dispatcher's dequantize + OpenBLAS path. With
- * ember_options.dynamic_activation_quant (opt-in, LOSSY) the
- * float operand is quantized on the fly to Q8S, symmetric, per row of a float A (per column of a
+ * EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights runs the fused float
+ * path (fq_matmul.c: each weight dequantized in registers as it is read, f32 sums; no
+ * dequantized copy); the other cases are declined, for the dispatcher's dequantize + OpenBLAS
+ * path. With ember_options.dynamic_activation_quant (opt-in, LOSSY) the float operand is
+ * quantized on the fly to Q8S, symmetric, per row of a float A (per column of a
  * float B): scale = max|x| / 127, q = round(x / scale); then the integer kernel (W8A8). The error
  * is that of an 8-bit quantization of the activations, on top of the weights' own.
  *
- * Weight pre-packing: the first (Q,Q) or (F,Q) call packs each matrix of B into the kernel layout
- * (qgemm.h) and keeps it in the tensor's pack cache until the tensor is freed. Exception: a
- * first call with few rows (m <= 128, 8-bit Native B, one K chunk) multiplies B as it is stored
- * (ember__qgemm_direct) and only marks the tensor; the second use packs it. A
- * call that fails leaves the cache as it was. Memory cost per [k, n] matrix: roundup(k, 64) *
+ * Weight pre-packing: the first (Q,Q) call (or (F,Q) under dynamic_activation_quant) packs each
+ * matrix of B into the kernel layout (qgemm.h) and keeps it in the tensor's pack cache until the
+ * tensor is freed. Exception: a first call with few rows (m <= 128, 8-bit Native B, one K chunk)
+ * multiplies B as it is stored (ember__qgemm_direct) and only marks the tensor; the second use
+ * packs it. A call that fails leaves the cache as it was. Memory cost per [k, n] matrix: roundup(k, 64) *
  * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2, which are kept as nibbles), plus
  * 4 bytes (2 when every effective scale is an f16) per column per K chunk for the scales: about 1x
  * the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale chunking differs from the cached one

@@ -39,14 +39,14 @@ void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1) {
         for (int64_t j = 0; j < w; j++)
             acc[i][j] = 0.0f;
     for (int64_t kk = 0; kk < k; kk++) {
-        const int8_t *q = jb->b + kk * n + j0;
+        const uint8_t *row = jb->b + kk * jb->ldb;
         const int64_t e0 = (kk / jb->bk) * jb->nbn;
-        if (jb->bn == 1)
-            for (int64_t j = 0; j < w; j++)
-                wrow[j] = scale_at(jb, e0 + j0 + j) * (float)q[j];
-        else
-            for (int64_t j = 0; j < w; j++)
-                wrow[j] = scale_at(jb, e0) * (float)q[j];
+        for (int64_t j = 0; j < w; j++) {
+            const int64_t c = j0 + j;
+            const int q =
+                jb->bits == 8 ? (int8_t)row[c] : (((row[c >> 1] >> ((c & 1) * 4)) & 0xF) ^ 8) - 8;
+            wrow[j] = scale_at(jb, jb->bn == 1 ? e0 + c : e0) * (float)q;
+        }
         for (int64_t i = 0; i < m; i++) {
             const float x = jb->a[i * k + kk];
             for (int64_t j = 0; j < w; j++)
@@ -61,7 +61,7 @@ typedef struct fq_run {
     ember__fq_job job; /* batch 0's; the others differ in a, b, c */
     const ember__gemm *g;
     const float *a0;
-    const int8_t *b0;
+    const uint8_t *b0;
     float *c0;
     int64_t col_tasks;
     void (*cols)(const ember__fq_job *, int64_t, int64_t);
@@ -73,7 +73,7 @@ static void fq_task(void *arg, int64_t t, int thread) {
     const int64_t bi = t / r->col_tasks, ct = t % r->col_tasks;
     ember__fq_job jb = r->job;
     jb.a = r->a0 + r->g->a_off[bi];
-    jb.b = r->b0 + r->g->b_off[bi];
+    jb.b = r->b0 + (r->g->b_off[bi] / jb.n) * jb.ldb; /* rows start afresh when packed */
     jb.c = r->c0 + bi * jb.m * jb.n;
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }
@@ -84,9 +84,11 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     if (a->dtype != EMBER_F32 || b->dtype != EMBER_QFLOAT || out->dtype != EMBER_F32 ||
         g->trans_a || g->trans_b || m < 1 || m > EMBER__FQ_MAX_ROWS || n < 1 || k < 1)
         return EMBER_ERR_QUANT_UNSUPPORTED;
-    if (b->scheme.store != EMBER_QSTORE_NATIVE ||
-        ember__qvalue_get_info(b->scheme.value)->bits != 8)
+    const int bits = ember__qvalue_get_info(b->scheme.value)->bits;
+    if (!(b->scheme.store == EMBER_QSTORE_NATIVE && bits == 8) &&
+        !(b->scheme.store == EMBER_QSTORE_PACKED_U32 && b->scheme.packing_dim == 0 && bits == 4))
         return EMBER_ERR_QUANT_UNSUPPORTED;
+    const int64_t ldb = bits == 8 ? n : (int64_t)ember__packed_row_bytes(&b->scheme, n);
     int64_t bk = k, bn = n, nbn = 1;
     if (b->q.grid_rank == b->rank) { /* blocks: a rank-2 weight, per column or across n */
         if (b->rank != 2)
@@ -127,10 +129,10 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     }
     const int vec =
         ember__cpu_tier(s) >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512);
-    fq_run r = {{NULL, NULL, sc, sfmt, two_level, glob, m, n, k, bk, bn, nbn, NULL},
+    fq_run r = {{NULL, NULL, ldb, bits, sc, sfmt, two_level, glob, m, n, k, bk, bn, nbn, NULL},
                 g,
                 (const float *)a->buf,
-                (const int8_t *)b->buf,
+                (const uint8_t *)b->buf,
                 (float *)out->buf,
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
                 vec ? ember__fq_cols_avx512 : ember__fq_cols_c};

@@ -12,7 +12,7 @@
 
 #include "cpu_backend.h"
 
-/* Rows of a (Q8 Native) weight matrix this path takes at most; beyond, the dequantized copy and
+/* Rows of the lhs this path takes at most; beyond, the dequantized copy and
  * OpenBLAS amortize over the rows. */
 #define EMBER__FQ_MAX_ROWS 64
 /* columns of one task (a multiple of 64) */
@@ -22,8 +22,12 @@
 enum { EMBER__FQ_SF32, EMBER__FQ_SF16, EMBER__FQ_SBF16 };
 
 typedef struct ember__fq_job {
-    const float *a;  /* [m][k], row stride k */
-    const int8_t *b; /* [k][n] int8 values, row stride n */
+    const float *a; /* [m][k], row stride k */
+    const uint8_t
+        *b; /* [k][n] values as stored: int8 (bits 8) or two's complement nibbles, value
+               j of a row in byte j / 2, low nibble first (bits 4); rows ldb bytes apart */
+    int64_t ldb;
+    int bits;
     /* the scales: e(k, j) = glob * t (two-level) or t, t the stored scale at index
      * (k / bk) * nbn + (bn == 1 ? j : 0) of sc in format sfmt (ember_dequantize's e exactly) */
     const void *sc;
@@ -41,9 +45,9 @@ void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);
 void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
- * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native weights whose scales are
- * per-tensor, or (rank 2) per column or one across the columns, in blocks along K of any length;
- * then the dispatcher runs burn's dequantize + float matmul. */
+ * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights whose
+ * scales are per-tensor, or (rank 2) per column or one across the columns, in blocks along K of any
+ * length; then the dispatcher runs burn's dequantize + float matmul. */
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
                                   const ember_tensor *b, ember_tensor *out);
 

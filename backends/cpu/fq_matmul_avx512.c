@@ -4,7 +4,8 @@
  * chunks of FQ_KC so that a chunk of the task's weights (FQ_KC rows of its columns, 32 KiB at 256
  * columns) stays in L1 while every group of rows multiplies it; the f32 sums wait in acc between
  * chunks (stored and reloaded exactly, so each sum is still taken in K order). Per K step and 64
- * columns: the 64 int8 values sign-extended and converted (4 x VPMOVSXBD + VCVTDQ2PS), times their
+ * columns: the 64 values as int8 (4-bit ones spread from their nibbles and sign-extended first),
+ * sign-extended and converted (4 x VPMOVSXBD + VCVTDQ2PS), times their
  * scales (the dequantized weights, bit for bit ember_dequantize's), then one VFMADD per row and
  * zmm with the row's value broadcast. */
 #include <immintrin.h>
@@ -20,6 +21,16 @@
  * 0.64-0.67 ms; without the L1 fetch 1.31-1.34 / 0.75-0.87. */
 #define FQ_PF 16
 #define FQ_PF2 64
+
+/* 64 4-bit values (32 bytes at p, value j in byte j / 2, low nibble first; bytes off in m read
+ * nothing) as 64 int8 in column order */
+static inline __attribute__((always_inline)) __m512i nibbles64(const uint8_t *p, __mmask32 m) {
+    const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p)); /* a byte a lane */
+    const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi16(0x0F));
+    const __m512i y = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_srli_epi16(x, 4), 8));
+    const __m512i e = _mm512_set1_epi8(8);
+    return _mm512_sub_epi8(_mm512_xor_si512(y, e), e); /* two's complement nibbles */
+}
 
 /* 16 effective scales from index i (lanes off in mk read nothing) */
 static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job *jb, int64_t i,
@@ -57,7 +68,10 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
                                                         const int R, int64_t j,
                                                         const __mmask16 mk[4], int full, int64_t k0,
                                                         int64_t k1, float *acc, int pf_task) {
-    const int64_t n = jb->n, k = jb->k;
+    const int64_t k = jb->k, ldb = jb->ldb;
+    const int bits = jb->bits;
+    const int64_t nvb = (jb->n - j + 1) / 2; /* 4-bit: the bytes of the valid columns */
+    const __mmask32 m4 = nvb >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << nvb) - 1u);
     __m512 c[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
@@ -73,19 +87,29 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
             next += jb->bk;
             scales(jb, kb, j, mk, s);
         }
-        const int8_t *q = jb->b + kk * n + j;
+        const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
         if (kk + FQ_PF < k)
-            _mm_prefetch((const char *)(q + FQ_PF * n), _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + FQ_PF * ldb), _MM_HINT_T0);
         if (pf_task && kk + FQ_PF2 < k)
-            for (int l = 0; l < 4; l++)
-                _mm_prefetch((const char *)(q + FQ_PF2 * n + 64 * l), _MM_HINT_T1);
+            for (int l = 0; l < 64 * bits / 128; l++)
+                _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
+        __m128i v[4];
+        if (bits == 8) {
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                v[t] = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
+                            : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
+        } else {
+            const __m512i x = nibbles64(q, m4);
+            v[0] = _mm512_castsi512_si128(x);
+            v[1] = _mm512_extracti32x4_epi32(x, 1);
+            v[2] = _mm512_extracti32x4_epi32(x, 2);
+            v[3] = _mm512_extracti32x4_epi32(x, 3);
+        }
         __m512 w[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++) {
-            const __m128i v = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
-                                   : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
-            w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
-        }
+        for (int t = 0; t < 4; t++)
+            w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v[t])));
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 x = _mm512_set1_ps(jb->a[(i0 + r) * k + kk]);
