@@ -25,11 +25,11 @@
  * matrix of B into the kernel layout (qgemm.h) and keeps it in the tensor's pack cache until the
  * tensor is freed. Exception: a first call with few rows (m <= 128, 8-bit Native B, one K chunk)
  * multiplies B as it is stored (ember__qgemm_direct) and only marks the tensor; the second use
- * packs it. A call that fails leaves the cache as it was. Memory cost per [k, n] matrix: roundup(k, 64) *
- * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2, which are kept as nibbles), plus
- * 4 bytes (2 when every effective scale is an f16) per column per K chunk for the scales: about 1x
- * the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale chunking differs from the cached one
- * packs into a temporary instead. */
+ * packs it. A call that fails leaves the cache as it was. Memory cost per [k, n] matrix:
+ * roundup(k, 64) * roundup(n, 32) bytes for 8-bit values (half that for Q4 and Q2, which are kept
+ * as nibbles), plus 4 bytes (2 when every effective scale is an f16) per column per K chunk for
+ * the scales: about 1x the Q8 tensor, 1x-1.25x the Q4 tensor. A call whose scale chunking differs
+ * from the cached one packs into a temporary instead. */
 #include <math.h>
 #include <string.h>
 
