@@ -1013,10 +1013,13 @@ static void test_fq_fused(void) {
      * and 4-bit) */
     ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     ember_qscheme pt4 = ember_qscheme_per_tensor(EMBER_Q4S, EMBER_QSTORE_PACKED_U32);
-    ember_qscheme pc = fq_scheme(1, 96, 70);
-    const ember_qscheme *bs[3] = {&pc, &pt, &pt4};
+    ember_qscheme pc = fq_scheme(1, 96, 70), b32 = fq_scheme(10, 96, 70),
+                  b16 = fq_scheme(5, 96, 70);
+    const ember_qscheme *bs[6] = {&pc, &pt, &pt4, &pc, &b32, &b16};
     const int64_t wsh[2][3] = {{96, 70, 0}, {3, 96, 70}};
-    for (int c = 0; c < 3; c++) { /* 70 columns: each packed 4-bit row ends in a partial word */
+    /* 70 columns: each packed 4-bit row ends in a partial word; the last three are rank-3 weights
+     * with scales per column, per block of 32 (4-bit, F16) and two-level: each matrix its own */
+    for (int c = 0; c < 6; c++) {
         ember_tensor *x = mk_f32(ctx, 3, (int64_t[]){3, 4, 96}, -1.0f, 1.0f), *y = NULL;
         ember_tensor *w = mk_q(ctx, bs[c], c ? 3 : 2, c ? wsh[1] : wsh[0]);
         int64_t cells;

@@ -64,6 +64,7 @@ typedef struct fq_run {
     const uint8_t *b0;
     float *c0;
     int64_t col_tasks;
+    int64_t sstride, sbytes; /* scales a matrix, bytes a scale */
     void (*cols)(const ember__fq_job *, int64_t, int64_t);
 } fq_run;
 
@@ -74,6 +75,8 @@ static void fq_task(void *arg, int64_t t, int thread) {
     ember__fq_job jb = r->job;
     jb.a = r->a0 + r->g->a_off[bi];
     jb.b = r->b0 + (r->g->b_off[bi] / jb.n) * jb.ldb; /* rows start afresh when packed */
+    jb.sc = (const uint8_t *)jb.sc +
+            (r->g->b_off[bi] / (jb.k * jb.n)) * r->sstride * r->sbytes; /* this matrix's scales */
     jb.c = r->c0 + bi * jb.m * jb.n;
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }
@@ -89,13 +92,16 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
         !(b->scheme.store == EMBER_QSTORE_PACKED_U32 && b->scheme.packing_dim == 0 && bits == 4))
         return EMBER_ERR_QUANT_UNSUPPORTED;
     const int64_t ldb = bits == 8 ? n : (int64_t)ember__packed_row_bytes(&b->scheme, n);
-    int64_t bk = k, bn = n, nbn = 1;
-    if (b->q.grid_rank == b->rank) { /* blocks: a rank-2 weight, per column or across n */
-        if (b->rank != 2)
-            return EMBER_ERR_QUANT_UNSUPPORTED;
-        bk = b->q.block_full[0] < k ? b->q.block_full[0] : k;
-        bn = b->q.block_full[1];
-        nbn = b->q.grid[1];
+    int64_t bk = k, bn = n, nbn = 1, sstride = 0; /* sstride: scales of one [k, n] matrix */
+    if (b->q.grid_rank == b->rank) { /* blocks: per column or across n, none across matrices */
+        const int r = b->rank;
+        for (int d = 0; d < r - 2; d++)
+            if (b->q.block_full[d] != 1)
+                return EMBER_ERR_QUANT_UNSUPPORTED;
+        bk = b->q.block_full[r - 2] < k ? b->q.block_full[r - 2] : k;
+        bn = b->q.block_full[r - 1];
+        nbn = b->q.grid[r - 1];
+        sstride = b->q.grid[r - 2] * b->q.grid[r - 1];
         if (bn != 1 && bn < n)
             return EMBER_ERR_QUANT_UNSUPPORTED;
     }
@@ -135,6 +141,8 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                 (const uint8_t *)b->buf,
                 (float *)out->buf,
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
+                sstride,
+                sfmt == EMBER__FQ_SF32 ? 4 : 2,
                 vec ? ember__fq_cols_avx512 : ember__fq_cols_c};
     ember__cpu_parallel_for(s, g->batch * r.col_tasks, fq_task, &r);
     ember__free(eff);

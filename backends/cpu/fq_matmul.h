@@ -46,8 +46,8 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
  * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights whose
- * scales are per-tensor, or (rank 2) per column or one across the columns, in blocks along K of any
- * length; then the dispatcher runs burn's dequantize + float matmul. */
+ * scales are per tensor, or per column or one across the columns in blocks along K of any length
+ * (within one matrix of a batch); then the dispatcher runs burn's dequantize + float matmul. */
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
                                   const ember_tensor *b, ember_tensor *out);
 
