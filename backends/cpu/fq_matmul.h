@@ -15,7 +15,9 @@
 /* Rows of the lhs this path takes at most; beyond, the dequantized copy and
  * OpenBLAS amortize over the rows. */
 #define EMBER__FQ_MAX_ROWS 64
-/* columns of one task (a multiple of 64) */
+/* columns of one task (a multiple of 64); a task keeps its rows' f32 sums on the stack of the
+ * thread that runs it (rows x EMBER__FQ_TASK_COLS x 4 bytes: 64 KiB at most, the calling thread's
+ * too, which takes tasks) */
 #define EMBER__FQ_TASK_COLS 256
 
 /* how the scales are stored: f32, f16, bf16 */
