@@ -33,9 +33,9 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * backend's mma and wgmma paths (NVIDIA) keep a packed copy on the device from the first call:
  * the packed size again, K and N rounded up to their tiles. Invisible to results.
  * (F,Q) on the CPU: with an F32 a of up to 64 rows (per batch) and b of 8-bit Native or 4-bit
- * PackedU32 values, each weight is
- * dequantized in registers as it is read (the f32 multiply ember_dequantize does) and multiplied
- * into f32 sums: no dequantized copy, nothing packed. Other (F,Q) / (Q,F) cases dequantize the
+ * PackedU32 values, each weight is dequantized in registers as it is read (the f32 multiply
+ * ember_dequantize does) and multiplied into f32 sums: no dequantized copy, nothing packed (up to
+ * 64 KiB of the calling thread's stack for the sums). Other (F,Q) / (Q,F) cases dequantize the
  * quantized operand and run the float matmul, as burn does. */
 EMBER_API ember_status ember_q_matmul(const ember_tensor *a, const ember_tensor *b,
                                       ember_tensor **out);
