@@ -156,24 +156,34 @@ static void ember_f32_teardown(void *state) {
 #include "bench_dnnl.h"
 #include "dispatch/internal.h"
 
+/* the ways a q_state row runs: Q x Q (the pack cache kept or dropped after every call), F x Q
+ * through ember_q_matmul, F x Q by hand (dequantize the weights, then ember_matmul) */
+enum { Q_QQ, Q_QQ_FIRST, Q_FQ, Q_FQ_DEQUANT };
+
 typedef struct q_state {
-    ember_tensor *qa, *qb, *c;
-    int drop_pack;
+    ember_tensor *qa, *qb, *c; /* qa stays F32 for the F x Q rows */
+    ember_tensor *dw;          /* Q_FQ_DEQUANT: this call's dequantized weights */
+    int mode;
 } q_state;
 
 static int q_setup_scheme(const problem *p, void **state, bench_row *row, const ember_qscheme *sb,
-                          int drop, const char *what, const char *dtype) {
+                          int mode, const char *what, const char *dtype) {
     q_state *s = calloc(1, sizeof *s);
     if (!s)
         return -1;
     const ember_device cpu = {EMBER_BACKEND_CPU, 0};
     const int64_t sa[] = {p->m, p->k}, sbs[] = {p->k, p->n};
     ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    const int float_lhs = mode == Q_FQ || mode == Q_FQ_DEQUANT;
     ember_tensor *x = NULL, *w = NULL;
     int ok = ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &x) == EMBER_OK &&
              ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sbs, p->b, &w) == EMBER_OK &&
-             ember_quantize(x, &q8, &s->qa) == EMBER_OK &&
+             (float_lhs || ember_quantize(x, &q8, &s->qa) == EMBER_OK) &&
              ember_quantize(w, sb, &s->qb) == EMBER_OK;
+    if (float_lhs) {
+        s->qa = x;
+        x = NULL;
+    }
     ember_tensor_free(x);
     ember_tensor_free(w);
     if (!ok) {
@@ -183,104 +193,26 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
         free(s);
         return -1;
     }
-    s->drop_pack = drop;
+    s->mode = mode;
     ember_device_info info;
     memset(&info, 0, sizeof info);
     ember_device_describe(p->ctx, cpu, &info);
     snprintf(row->backend, sizeof row->backend, "cpu");
     snprintf(row->device, sizeof row->device, "cpu:0");
-    snprintf(row->kernel, sizeof row->kernel, "%s%s", info.int8_matmul_path, what);
+    snprintf(row->kernel, sizeof row->kernel, "%s%s", float_lhs ? "" : info.int8_matmul_path, what);
     snprintf(row->dtype, sizeof row->dtype, "%s", dtype);
     *state = s;
     return 1;
 }
 
-/* F x Q: the lhs stays F32 (in qa), the weights are Q8S per tensor; dequant: dequantize the
- * weights on every call, then the float matmul (burn's default, by hand) */
-typedef struct fq_state {
-    ember_tensor *x, *qw, *dw, *c;
-    int dequant;
-} fq_state;
-
-static int fq_setup_common(const problem *p, void **state, bench_row *row, int dequant) {
-    fq_state *s = calloc(1, sizeof *s);
-    if (!s)
-        return -1;
-    const ember_device cpu = {EMBER_BACKEND_CPU, 0};
-    const int64_t sa[] = {p->m, p->k}, sbs[] = {p->k, p->n};
-    ember_qscheme q8 = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *w = NULL;
-    int ok = ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sa, p->a, &s->x) == EMBER_OK &&
-             ember_tensor_from_data(p->ctx, cpu, EMBER_F32, 2, sbs, p->b, &w) == EMBER_OK &&
-             ember_quantize(w, &q8, &s->qw) == EMBER_OK;
-    ember_tensor_free(w);
-    if (!ok) {
-        fprintf(stderr, "ember F x Q setup: %s\n", ember_last_error());
-        ember_tensor_free(s->x);
-        ember_tensor_free(s->qw);
-        free(s);
-        return -1;
-    }
-    s->dequant = dequant;
-    snprintf(row->backend, sizeof row->backend, "cpu");
-    snprintf(row->device, sizeof row->device, "cpu:0");
-    snprintf(row->kernel, sizeof row->kernel, "%s",
-             dequant ? "dequantize+sgemm" : (p->m <= 64 ? "fq fused" : "fq dequant+sgemm"));
-    snprintf(row->dtype, sizeof row->dtype, "F32/Q8S");
-    *state = s;
-    return 1;
-}
-
-static int fq_setup(const problem *p, void **state, bench_row *row) {
-    return fq_setup_common(p, state, row, 0);
-}
-
-static int fq_dequant_setup(const problem *p, void **state, bench_row *row) {
-    return fq_setup_common(p, state, row, 1);
-}
-
-static void fq_after(void *state) {
-    fq_state *s = state;
-    ember_tensor_free(s->c);
-    ember_tensor_free(s->dw);
-    s->c = s->dw = NULL;
-}
-
-static int fq_run(void *state) {
-    fq_state *s = state;
-    fq_after(s);
-    ember_status st = s->dequant ? ember_dequantize(s->qw, &s->dw) : EMBER_OK;
-    if (st == EMBER_OK)
-        st = s->dequant ? ember_matmul(s->x, s->dw, &s->c) : ember_q_matmul(s->x, s->qw, &s->c);
-    if (st != EMBER_OK) {
-        fprintf(stderr, "ember F x Q: %s\n", ember_last_error());
-        return -1;
-    }
-    return 0;
-}
-
-static int fq_result(void *state, float *dst) {
-    fq_state *s = state;
-    int64_t n = ember_tensor_numel(s->c);
-    return ember_tensor_read(s->c, dst, (size_t)n * sizeof(float)) == EMBER_OK ? 0 : -1;
-}
-
-static void fq_teardown(void *state) {
-    fq_state *s = state;
-    fq_after(s);
-    ember_tensor_free(s->x);
-    ember_tensor_free(s->qw);
-    free(s);
-}
-
 static int q8_setup(const problem *p, void **state, bench_row *row) {
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    return q_setup_scheme(p, state, row, &s, 0, "", "Q8S");
+    return q_setup_scheme(p, state, row, &s, Q_QQ, "", "Q8S");
 }
 
 static int q8_first_setup(const problem *p, void **state, bench_row *row) {
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    return q_setup_scheme(p, state, row, &s, 1, " 1st", "Q8S");
+    return q_setup_scheme(p, state, row, &s, Q_QQ_FIRST, " 1st", "Q8S");
 }
 
 static int q4_setup(const problem *p, void **state, bench_row *row) {
@@ -289,14 +221,27 @@ static int q4_setup(const problem *p, void **state, bench_row *row) {
     ember_qscheme s =
         ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (const int64_t[]){32, 1});
     s.block_scale = EMBER_SCALE_F16;
-    return q_setup_scheme(p, state, row, &s, 0, "", "Q4S/Q8S");
+    return q_setup_scheme(p, state, row, &s, Q_QQ, "", "Q4S/Q8S");
+}
+
+/* F x Q: the lhs stays F32, the weights are Q8S per tensor */
+static int fq_setup(const problem *p, void **state, bench_row *row) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    return q_setup_scheme(p, state, row, &s, Q_FQ, p->m <= 64 ? "fq fused" : "fq dequant+sgemm",
+                          "F32/Q8S");
+}
+
+static int fq_dequant_setup(const problem *p, void **state, bench_row *row) {
+    ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    return q_setup_scheme(p, state, row, &s, Q_FQ_DEQUANT, "dequantize+sgemm", "F32/Q8S");
 }
 
 static void q_after(void *state) {
     q_state *s = state;
     ember_tensor_free(s->c);
-    s->c = NULL;
-    if (s->drop_pack) { /* forget B's packed copy: the next call is a first call again */
+    ember_tensor_free(s->dw);
+    s->c = s->dw = NULL;
+    if (s->mode == Q_QQ_FIRST) { /* forget B's packed copy: the next call is a first call again */
         ember_tensor *b = s->qb;
         pthread_mutex_lock(&b->pack.lock);
         if (b->pack.data && b->pack.release)
@@ -311,8 +256,12 @@ static void q_after(void *state) {
 static int q_run(void *state) {
     q_state *s = state;
     ember_tensor_free(s->c);
-    s->c = NULL;
-    if (ember_q_matmul(s->qa, s->qb, &s->c) != EMBER_OK) {
+    ember_tensor_free(s->dw);
+    s->c = s->dw = NULL;
+    ember_status st = s->mode == Q_FQ_DEQUANT ? ember_dequantize(s->qb, &s->dw) : EMBER_OK;
+    if (st == EMBER_OK)
+        st = s->dw ? ember_matmul(s->qa, s->dw, &s->c) : ember_q_matmul(s->qa, s->qb, &s->c);
+    if (st != EMBER_OK) {
         fprintf(stderr, "ember_q_matmul: %s\n", ember_last_error());
         return -1;
     }
@@ -330,6 +279,7 @@ static void q_teardown(void *state) {
     ember_tensor_free(s->qa);
     ember_tensor_free(s->qb);
     ember_tensor_free(s->c);
+    ember_tensor_free(s->dw);
     free(s);
 }
 
@@ -542,8 +492,8 @@ static const provider providers[] = {
     {"int8.q8s", q8_setup, q_run, q_result, q_after, q_teardown},
     {"int8.q8s_first", q8_first_setup, q_run, q_result, q_after, q_teardown},
     {"int8.q4s_b32", q4_setup, q_run, q_result, q_after, q_teardown},
-    {"fq.q8s", fq_setup, fq_run, fq_result, fq_after, fq_teardown},
-    {"fq.q8s_dequant", fq_dequant_setup, fq_run, fq_result, fq_after, fq_teardown},
+    {"fq.q8s", fq_setup, q_run, q_result, q_after, q_teardown},
+    {"fq.q8s_dequant", fq_dequant_setup, q_run, q_result, q_after, q_teardown},
 #ifdef EMBER_BENCH_HAVE_DNNL
     {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
     {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
