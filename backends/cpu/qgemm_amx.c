@@ -46,22 +46,21 @@ static void tile_config(int ks) {
     tile_load_config(&cfg);
 }
 
-/* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1 loaded by LOADA, B tiles (tmm6,
- * tmm7) at B0 and B1, row strides LDA and LDB, products into tmm0-3 with DP (_tile_dpbsud on
- * biased unsigned B, _tile_dpbssd on signed B). Loads and products interleave so that the tile
- * unit starts on the first pair while the others load. */
-#define AMX_STEP22_L(LOADA, DP, A0, A1, LDA, B0, B1, LDB)                                          \
+/* One K step of a 2 x 2 block: A tiles (tmm4, tmm5) at A0 and A1, B tiles (tmm6, tmm7) at B0 and
+ * B1, row strides LDA and LDB, products into tmm0-3 with DP (_tile_dpbsud on biased unsigned B,
+ * _tile_dpbssd on signed B). Loads and products interleave so that the tile unit starts on the
+ * first pair while the others load. */
+#define AMX_STEP22(DP, A0, A1, LDA, B0, B1, LDB)                                                   \
     do {                                                                                           \
-        LOADA(4, (A0), (LDA));                                                                     \
+        _tile_loadd(4, (A0), (LDA));                                                               \
         _tile_loadd(6, (B0), (LDB));                                                               \
         DP(0, 4, 6);                                                                               \
         _tile_loadd(7, (B1), (LDB));                                                               \
         DP(1, 4, 7);                                                                               \
-        LOADA(5, (A1), (LDA));                                                                     \
+        _tile_loadd(5, (A1), (LDA));                                                               \
         DP(2, 5, 6);                                                                               \
         DP(3, 5, 7);                                                                               \
     } while (0)
-#define AMX_STEP22(...) AMX_STEP22_L(_tile_loadd, __VA_ARGS__)
 /* The step of the K-sliced loops (block_panels, block_pipelined), software-pipelined: A's tiles
  * come through TILELOADDT1 (a hint that the data is used once: it is not kept in L1, where the B
  * slice is reused while each A piece passes once). AMX_LOAD22_SA loads the first step's operand
