@@ -14,16 +14,12 @@
 #include "fq_matmul.h"
 #include "qgemm.h"
 
+/* bytes a stored scale of the job takes */
+static int64_t scale_bytes(const ember__fq_job *jb) { return jb->sd == EMBER_SCALE_F32 ? 4 : 2; }
+
 /* the effective scale at index i of the job's scales */
 static float scale_at(const ember__fq_job *jb, int64_t i) {
-    float t;
-    if (jb->sfmt == EMBER__FQ_SF32) {
-        memcpy(&t, (const float *)jb->sc + i, sizeof t);
-    } else {
-        uint16_t h;
-        memcpy(&h, (const uint16_t *)jb->sc + i, sizeof h);
-        t = jb->sfmt == EMBER__FQ_SF16 ? ember__f16_to_f32(h) : ember__bf16_to_f32(h);
-    }
+    const float t = ember__scale_decode((const uint8_t *)jb->sc + i * scale_bytes(jb), jb->sd);
     return jb->two_level ? jb->glob * t : t;
 }
 
@@ -64,7 +60,7 @@ typedef struct fq_run {
     const uint8_t *b0;
     float *c0;
     int64_t col_tasks;
-    int64_t sstride, sbytes; /* scales a matrix, bytes a scale */
+    int64_t sstride; /* scales of one [k, n] matrix */
     void (*cols)(const ember__fq_job *, int64_t, int64_t);
 } fq_run;
 
@@ -75,8 +71,8 @@ static void fq_task(void *arg, int64_t t, int thread) {
     ember__fq_job jb = r->job;
     jb.a = r->a0 + r->g->a_off[bi];
     jb.b = r->b0 + (r->g->b_off[bi] / jb.n) * jb.ldb; /* rows start afresh when packed */
-    jb.sc = (const uint8_t *)jb.sc +
-            (r->g->b_off[bi] / (jb.k * jb.n)) * r->sstride * r->sbytes; /* this matrix's scales */
+    jb.sc =
+        (const uint8_t *)jb.sc + (r->g->b_off[bi] / (jb.k * jb.n)) * r->sstride * scale_bytes(&jb);
     jb.c = r->c0 + bi * jb.m * jb.n;
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }
@@ -108,18 +104,13 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     /* the scales as stored where they are f32, f16 or bf16 (the global f32 scale of a two-level
      * scheme applied as ember_dequantize does); other formats decoded once per call */
     const ember__qlayout *L = &b->q;
-    const ember_scale_dtype sd = b->scheme.block_scale;
-    int sfmt = -1;
-    if (L->scale_size == 4 && sd == EMBER_SCALE_F32)
-        sfmt = EMBER__FQ_SF32;
-    else if (L->scale_size == 2 && sd == EMBER_SCALE_F16)
-        sfmt = EMBER__FQ_SF16;
-    else if (L->scale_size == 2 && sd == EMBER_SCALE_BF16)
-        sfmt = EMBER__FQ_SBF16;
+    ember_scale_dtype sd = b->scheme.block_scale;
+    const int as_stored = (L->scale_size == 4 && sd == EMBER_SCALE_F32) ||
+                          (L->scale_size == 2 && (sd == EMBER_SCALE_F16 || sd == EMBER_SCALE_BF16));
     float *eff = NULL, glob = 1.0f;
     const void *sc = (const uint8_t *)b->buf + L->scales_offset;
     int two_level = L->global_bytes == 4;
-    if (sfmt < 0) {
+    if (!as_stored) {
         eff = ember__malloc(L->nscales * sizeof(float));
         EMBER_FAIL_IF(!eff, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
         ember_status st = ember__qtensor_effective_scales(b, eff);
@@ -128,21 +119,20 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
             return st;
         }
         sc = eff;
-        sfmt = EMBER__FQ_SF32;
+        sd = EMBER_SCALE_F32;
         two_level = 0;
     } else if (two_level) {
-        memcpy(&glob, (const uint8_t *)b->buf + L->global_offset, sizeof glob);
+        glob = ember__scale_decode((const uint8_t *)b->buf + L->global_offset, EMBER_SCALE_F32);
     }
     const int vec =
         ember__cpu_tier(s) >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512);
-    fq_run r = {{NULL, NULL, ldb, bits, sc, sfmt, two_level, glob, m, n, k, bk, bn, nbn, NULL},
+    fq_run r = {{NULL, NULL, ldb, bits, sc, sd, two_level, glob, m, n, k, bk, bn, nbn, NULL},
                 g,
                 (const float *)a->buf,
                 (const uint8_t *)b->buf,
                 (float *)out->buf,
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
                 sstride,
-                sfmt == EMBER__FQ_SF32 ? 4 : 2,
                 vec ? ember__fq_cols_avx512 : ember__fq_cols_c};
     ember__cpu_parallel_for(s, g->batch * r.col_tasks, fq_task, &r);
     ember__free(eff);

@@ -20,9 +20,6 @@
  * too, which takes tasks) */
 #define EMBER__FQ_TASK_COLS 256
 
-/* how the scales are stored: f32, f16, bf16 */
-enum { EMBER__FQ_SF32, EMBER__FQ_SF16, EMBER__FQ_SBF16 };
-
 typedef struct ember__fq_job {
     const float *a; /* [m][k], row stride k */
     const uint8_t
@@ -31,9 +28,11 @@ typedef struct ember__fq_job {
     int64_t ldb;
     int bits;
     /* the scales: e(k, j) = glob * t (two-level) or t, t the stored scale at index
-     * (k / bk) * nbn + (bn == 1 ? j : 0) of sc in format sfmt (ember_dequantize's e exactly) */
+     * (k / bk) * nbn + (bn == 1 ? j : 0) of sc, stored as sd (EMBER_SCALE_F32, _F16 or _BF16:
+     * 4, 2 or 2 bytes; ember_dequantize's e exactly) */
     const void *sc;
-    int sfmt, two_level;
+    ember_scale_dtype sd;
+    int two_level;
     float glob;
     int64_t m, n, k;
     int64_t bk;  /* K extent of a scale block (k for one block along K) */

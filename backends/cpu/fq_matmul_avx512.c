@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "fq_matmul.h"
+#include "qgemm.h"
 
 #define FQ_KC 128
 /* The weights are read a row of the task (256 bytes) at a time, each row in another page, which
@@ -36,11 +37,11 @@ static inline __attribute__((always_inline)) __m512i nibbles64(const uint8_t *p,
 static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job *jb, int64_t i,
                                                              __mmask16 mk) {
     __m512 t;
-    if (jb->sfmt == EMBER__FQ_SF32) {
+    if (jb->sd == EMBER_SCALE_F32) {
         t = _mm512_maskz_loadu_ps(mk, (const float *)jb->sc + i);
     } else {
         const __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)jb->sc + i);
-        t = jb->sfmt == EMBER__FQ_SF16
+        t = jb->sd == EMBER_SCALE_F16
                 ? _mm512_cvtph_ps(h)
                 : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
@@ -137,11 +138,8 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
         for (int64_t j = j0; j < j1; j += 64) {
             const int64_t nv = j1 - j;
             __mmask16 mk[4];
-            for (int t = 0; t < 4; t++) {
-                const int64_t v = nv - 16 * t;
-                mk[t] = v >= 16 ? (__mmask16)0xffff
-                                : (v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1u));
-            }
+            for (int t = 0; t < 4; t++)
+                mk[t] = ember__tail_mask16(nv - 16 * t);
             const int full = nv >= 64;
             float *aj = acc + (j - j0);
             for (int64_t i0 = 0; i0 < m; i0 += 4) {
@@ -164,10 +162,7 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
         }
     }
     for (int64_t i = 0; i < m; i++)
-        for (int64_t j = j0; j < j1; j += 16) {
-            const int64_t v = j1 - j;
-            const __mmask16 mk = v >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << v) - 1u);
-            _mm512_mask_storeu_ps(jb->c + i * n + j, mk,
+        for (int64_t j = j0; j < j1; j += 16)
+            _mm512_mask_storeu_ps(jb->c + i * n + j, ember__tail_mask16(j1 - j),
                                   _mm512_load_ps(acc + i * EMBER__FQ_TASK_COLS + (j - j0)));
-        }
 }
