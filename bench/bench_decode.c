@@ -30,16 +30,11 @@
 
 static double now_us(void) { return bench_now_ms() * 1e3; }
 
-/* CPU microseconds of the whole process and of the calling thread */
-static double process_cpu_us(void) {
+/* CPU microseconds on clock id: CLOCK_PROCESS_CPUTIME_ID (every thread) or
+ * CLOCK_THREAD_CPUTIME_ID (the calling thread) */
+static double cpu_us(clockid_t id) {
     struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static double thread_cpu_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(id, &t);
     return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
 }
 
@@ -117,15 +112,15 @@ static int call_once(side *s, double *us) {
  * last call (a cost of the spin), and the worker has gone to sleep, so that its time is up to date
  * (a running thread's CPU time is brought up to date only now and then). */
 static int side_round(side *s, int r, double gap) {
-    const double p0 = process_cpu_us(), t0 = thread_cpu_us();
+    const double p0 = cpu_us(CLOCK_PROCESS_CPUTIME_ID), t0 = cpu_us(CLOCK_THREAD_CPUTIME_ID);
     for (int i = 0; i < CALLS; i++) {
         busy_us(gap);
         if (!call_once(s, &s->call_us[r * CALLS + i]))
             return 0;
     }
-    const double caller = thread_cpu_us() - t0;
+    const double caller = cpu_us(CLOCK_THREAD_CPUTIME_ID) - t0;
     sleep_ms(2);
-    s->other_cpu_us += (process_cpu_us() - p0) - caller;
+    s->other_cpu_us += (cpu_us(CLOCK_PROCESS_CPUTIME_ID) - p0) - caller;
     return 1;
 }
 
