@@ -1268,6 +1268,90 @@ static void test_many_threads(void) {
     ember_context_destroy(ctx);
 }
 
+/* Products of several row blocks give each pool thread its own run of tasks, which the others
+ * take from the back once theirs are done (qgemm.c, claim_task). Whatever the schedule, every
+ * task runs once: the output equals a one-thread context's bit for bit, with 2 and 3 threads
+ * (runs split inside a row block), and with two application threads calling on one context at
+ * once (the pool then runs one call inline: its thread takes every run). The shapes have more
+ * row blocks than threads on every tier (AMX 256 rows, the vector tiers 64), a first call and
+ * the packed weights. */
+typedef struct runs_call {
+    ember_tensor *a, *b;
+    const float *want;
+    int64_t cells;
+    int ok;
+} runs_call;
+
+static void *runs_caller(void *v) {
+    runs_call *c = v;
+    c->ok = 1;
+    float *o = malloc((size_t)c->cells * 4);
+    for (int rep = 0; rep < 4 && o; rep++) {
+        ember_tensor *y = NULL;
+        if (ember_q_matmul(c->a, c->b, &y) != EMBER_OK ||
+            ember_tensor_read(y, o, (size_t)c->cells * 4) != EMBER_OK ||
+            memcmp(o, c->want, (size_t)c->cells * 4) != 0)
+            c->ok = 0;
+        ember_tensor_free(y);
+    }
+    if (!o)
+        c->ok = 0;
+    free(o);
+    return NULL;
+}
+
+static void test_task_runs(void) {
+    const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    static const int64_t shapes[][3] = {{1100, 200, 130}, {700, 96, 2100}};
+    for (int q = 0; q < 2; q++) {
+        const int64_t as[2] = {shapes[q][0], shapes[q][2]}, bs[2] = {shapes[q][2], shapes[q][1]};
+        const int64_t cells = as[0] * bs[1];
+        float *xa = malloc((size_t)(as[0] * as[1]) * 4), *xb = malloc((size_t)(bs[0] * bs[1]) * 4);
+        float *want = malloc((size_t)cells * 4), *got = malloc((size_t)cells * 4);
+        CU_ASSERT_FATAL(xa && xb && want && got);
+        tu_rand_f32(&rng, xa, (size_t)(as[0] * as[1]), -2.0f, 2.0f);
+        tu_rand_f32(&rng, xb, (size_t)(bs[0] * bs[1]), -2.0f, 2.0f);
+        for (int nt = 1; nt <= 3; nt++) {
+            ember_context *ctx = cpu_threads(nt);
+            ember_tensor *a = tensor_of(ctx, &sq, 2, as, xa), *b = tensor_of(ctx, &sq, 2, bs, xb);
+            if (nt == 1) {
+                int64_t n;
+                double *ref = reference(a, b, &n);
+                ember_tensor *y = NULL;
+                TU_OK(ember_q_matmul(a, b, &y));
+                CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+                TU_OK(ember_tensor_read(y, want, (size_t)cells * 4));
+                ember_tensor_free(y);
+                free(ref);
+            }
+            for (int call = 0; call < 2; call++) { /* a first call, then the packed weights */
+                ember_tensor *y = NULL;
+                TU_OK(ember_q_matmul(a, b, &y));
+                TU_OK(ember_tensor_read(y, got, (size_t)cells * 4));
+                CU_ASSERT(memcmp(got, want, (size_t)cells * 4) == 0);
+                ember_tensor_free(y);
+            }
+            CU_ASSERT(packed(b));
+            if (nt > 1) { /* two application threads on the context at once */
+                runs_call c[2] = {{a, b, want, cells, 0}, {a, b, want, cells, 0}};
+                pthread_t th;
+                CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, runs_caller, &c[1]), 0);
+                runs_caller(&c[0]);
+                pthread_join(th, NULL);
+                CU_ASSERT(c[0].ok);
+                CU_ASSERT(c[1].ok);
+            }
+            ember_tensor_free(a);
+            ember_tensor_free(b);
+            ember_context_destroy(ctx);
+        }
+        free(xa);
+        free(xb);
+        free(want);
+        free(got);
+    }
+}
+
 /* the bench's ceiling loops report the ops they did, and the L2-fed loop reads its buffer only
  * (tile loads are not instrumented by AddressSanitizer: the buffer lies between two inaccessible
  * pages instead, so a read outside it faults) */
@@ -1311,6 +1395,7 @@ int main(void) {
         {"EMBER_CPU_MAX_ISA caps the tier", test_tier_cap_env},
         {"thread pool", test_thread_pool},
         {"more than 64 pool threads", test_many_threads},
+        {"row-block runs: every task once, any schedule", test_task_runs},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
         CU_TEST_INFO_NULL,
     };

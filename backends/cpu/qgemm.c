@@ -537,12 +537,34 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
 typedef struct run_arg {
     const ember__qjob *job;
     ember__qblock_fn fn;
-    int64_t mb, nb, ntn, nti;
-    int colmajor; /* tasks numbered column block by column block (see qgemm_run) */
+    int64_t mb, nb, ntn;
     slot_map *slots;
-    const pack_a_arg *pa; /* A, packed by the tasks that need it */
-    atomic_uchar *pstate; /* per 16 rows of A: 0 to pack, 1 being packed, 2 packed */
+    const pack_a_arg *pa;     /* A, packed by the tasks that need it */
+    atomic_uchar *pstate;     /* per 16 rows of A: 0 to pack, 1 being packed, 2 packed */
+    _Atomic uint64_t *ranges; /* per thread's run of tasks: the unclaimed [lo, hi) as lo | hi << 32
+                                 (NULL: tasks in the pool's order) */
+    int nranges;
 } run_arg;
+
+/* The next task for the thread with buffer slot `slot` (its run: the slot-th): the front of its own
+ * run, else the back of another's. -1 when every run is empty, which the pool never lets happen:
+ * it makes one run_task call per task. */
+static int64_t claim_task(const run_arg *r, int slot) {
+    for (int d = 0; d < r->nranges; d++) {
+        _Atomic uint64_t *c = &r->ranges[(slot + d) % r->nranges];
+        uint64_t v = atomic_load_explicit(c, memory_order_relaxed);
+        for (;;) {
+            const uint32_t lo = (uint32_t)v, hi = (uint32_t)(v >> 32);
+            if (lo >= hi)
+                break;
+            const uint64_t nv = d == 0 ? v + 1 : v - ((uint64_t)1 << 32);
+            if (atomic_compare_exchange_weak_explicit(c, &v, nv, memory_order_relaxed,
+                                                      memory_order_relaxed))
+                return d == 0 ? (int64_t)lo : (int64_t)hi - 1;
+        }
+    }
+    return -1;
+}
 
 /* Rows [i0, i1) of A packed before a task multiplies them. The tasks of one row block claim its
  * 16-row pieces in turn and pack them (threads that start on the same rows share the work), then
@@ -572,8 +594,9 @@ static void ensure_packed(const run_arg *r, int64_t i0, int64_t i1, int thread) 
 
 static void run_task(void *varg, int64_t task, int thread) {
     const run_arg *r = varg;
-    const int64_t ti = r->colmajor ? task % r->nti : task / r->ntn,
-                  tj = r->colmajor ? task / r->nti : task % r->ntn;
+    if (r->ranges && (task = claim_task(r, slot_of(r->slots, thread))) < 0)
+        return;
+    const int64_t ti = task / r->ntn, tj = task % r->ntn;
     const int64_t i0 = ti * r->mb, j0 = tj * r->nb;
     int64_t i1 = i0 + r->mb, j1 = j0 + r->nb;
     if (i1 > r->job->mp)
@@ -684,7 +707,10 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const int64_t nscr = per ? (ntasks < nt ? ntasks : nt) : 0; /* buffers: one a thread at work */
     const size_t pbytes = round_up64((size_t)nscr * sizeof(uint8_t *));
     const size_t psbytes = round_up64((size_t)(mp / 16));
-    const size_t total = abytes + rbytes + sbytes + pbytes + psbytes + per * (size_t)nscr;
+    /* With several row blocks, each thread owns a run of tasks (claim_task; run_arg.ranges) */
+    const int nranges = nti > 1 && nt > 1 ? nt : 0;
+    const size_t rgbytes = round_up64((size_t)nranges * sizeof(uint64_t)) + psbytes;
+    const size_t total = abytes + rbytes + sbytes + pbytes + rgbytes + per * (size_t)nscr;
     int from_scratch;
     uint8_t *mem = call_mem(s, total, &from_scratch);
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
@@ -696,7 +722,15 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     uint8_t **scratch = (uint8_t **)(void *)(mem + abytes + rbytes + sbytes);
     atomic_uchar *pstate = (atomic_uchar *)(void *)(mem + abytes + rbytes + sbytes + pbytes);
     for (int64_t q = 0; q < nscr; q++)
-        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + psbytes + per * (size_t)q;
+        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + rgbytes + per * (size_t)q;
+    _Atomic uint64_t *ranges =
+        nranges ? (_Atomic uint64_t *)(void *)(mem + abytes + rbytes + sbytes + pbytes + psbytes)
+                : NULL;
+    for (int q = 0; q < nranges; q++) {
+        const uint64_t lo = (uint64_t)(ntasks * q / nranges),
+                       hi = (uint64_t)(ntasks * (q + 1) / nranges);
+        atomic_init(&ranges[q], lo | hi << 32);
+    }
     for (size_t i = 0; i < rsn; i++)
         sap[i] = (i < (size_t)m * (size_t)p->nch) ? (sa ? sa[i] : 1.0f) : 0.0f;
     /* A is packed by the tasks, a row block when first needed (ensure_packed). Measured against
@@ -738,26 +772,33 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     }
     slot_map slots;
     slots_init(&slots);
-    /* With no more row blocks than threads, the tasks are numbered column block by column block:
-     * the threads then take the row blocks of one column block side by side, each keeping its
-     * own rows of A in its cache and the pair reading that block of B from memory once, where the
-     * row-major numbering had both threads on one row block and every column block of B read
-     * again for each row block. bench_qgemm --shape 512,4096,4096 (two row blocks of 256), six
-     * alternations: 4352 / 4245 / 4264 / 4045 / 3866 / 3983 -> 4595 / 4506 / 4547 / 3950 / 4129 /
-     * 4618 GOPS; at K = 2048 level (4351 / 4166 -> 4152 / 4063). With many row blocks it lost
-     * (4096^3: 5149 / 5240 / 5471 -> 4443 / 4594 / 4436: A then comes from memory, unprefetched,
-     * in every task): colmajor below. */
-    run_arg r = {&job,
-                 thin == 2 ? ember__qblock_amx_thin_chunked
-                           : (thin ? ember__qblock_amx_thin : block_fn(t)),
-                 mb,
-                 nb,
-                 ntn,
-                 nti,
-                 nti > 1 && nti <= nt,
-                 &slots,
-                 &pa,
-                 pstate};
+    /* With several row blocks, each thread owns a run of tasks: the tasks are numbered row block
+     * by row block, the run split evenly among the threads (task numbers [q * ntasks / nt, (q + 1)
+     * * ntasks / nt) for the thread that reaches the call q-th), and a thread takes its own run
+     * from the front, then the other runs from their backs (claim_task). A thread then keeps its
+     * row block of A, packed by itself into its own cache, for all of that row block's column
+     * blocks, and the threads walk the column blocks of B side by side. With the pool's shared
+     * counter (row-major numbering beyond as many row blocks as threads) the threads took the
+     * tasks of one row block in turn: each kept A for half of them and used A packed by the other;
+     * a thread that wakes late or runs slow only moves where the runs meet. bench_qgemm --shape,
+     * the build before and this one alternated through a switch, 2 threads, medians of GOPS (e_q8
+     * / oneDNN reordered): 1024^3 3832 -> 4680 (1.36 -> 1.66, ten alternations), 2048^3 4936 ->
+     * 5366 (1.42 -> 1.55, eight), 4096^3 5132 -> 5335 (1.51 -> 1.60, six); first calls at 2048^3
+     * 4318 -> 4703; e_q4 at 1024^3 1190 -> 1370. With as many row blocks as threads it replaces
+     * the column-major numbering that did the same for lockstep threads (512 x 4096^2: 4273 ->
+     * 4292, eight). A single row block keeps the shared counter: runs of columns were level at
+     * 32 / 128 x 4096^2 and 128 x 11008 x 4096, and within the noise at 1 and 8 x 4096^2. */
+    run_arg r = {
+        &job,
+        thin == 2 ? ember__qblock_amx_thin_chunked : (thin ? ember__qblock_amx_thin : block_fn(t)),
+        mb,
+        nb,
+        ntn,
+        &slots,
+        &pa,
+        pstate,
+        ranges,
+        nranges};
     /* Tile work runs on every thread. (Until this commit a register-only probe, once per
      * context, put it on one thread where the two vCPUs seemed to share one AMX unit. The probe's
      * verdict did not hold: the VM's state changes within seconds, and in a bench run where it
