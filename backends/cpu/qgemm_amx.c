@@ -983,6 +983,13 @@ static void thin_config(int rows, int ks) {
 /* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
  * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
  * VNNI kernel is bound by its multiplies. */
+/* The thin kernels fetch B's bytes this far ahead into L2. Chunked (below): without it, in
+ * bench_qgemm, e_q8b at 16 x 4096^2 read 395 against 506-534 GOPS with, blocks of 32. Plain:
+ * bench_qgemm --shape (31-41 rounds), without and with alternated, medians of e_q8 GOPS: 8 x
+ * 4096^2 615 -> 624 and 528 -> 586 (eight alternations each; 83-88% -> 94-98% of the in-round
+ * roofline), 16 x 4096^2 712 -> 771, 2 x 4096^2 150 -> 155, 4 x 4096 x 11008 200 -> 208 (five).
+ * Earlier sessions measured the plain kernel's prefetch level in bench runs of 11 rounds. */
+#define THIN_PF 8192
 void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             int thread) {
     (void)thread;
@@ -990,6 +997,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp;
     const int rows = (int)(jb->m - i0 < 16 ? jb->m - i0 : 16);
+    const int64_t bbytes = (p->np / 32) * kp * 32; /* all of B's values */
     int32_t buf[16 * 32] __attribute__((aligned(64)));
     thin_config(rows, 64);
     const int8_t *a0 = jb->a + ember__qa_amx_off(i0, kp);
@@ -997,8 +1005,13 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
         _tile_zero(0);
         _tile_zero(1);
-        for (int64_t k = 0; k < kp; k += 64)
-            AMX_STEP12(_tile_dpbsud, a0 + k * 32, 64, b0 + k * 32);
+        for (int64_t k = 0; k < kp; k += 64) {
+            const uint8_t *bk = b0 + k * 32; /* this step's 2048 bytes */
+            if (bk - p->b + THIN_PF + 2048 <= bbytes)
+                for (int q = 0; q < 2048; q += 64)
+                    _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
+            AMX_STEP12(_tile_dpbsud, a0 + k * 32, 64, bk);
+        }
         _tile_stored(0, buf, 128);
         _tile_stored(1, buf + 16, 128);
         const int64_t nv = p->n - j;
@@ -1021,9 +1034,6 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * is multiplied as packed (TDPBSUD, the bias taken off in the scaling); 4-bit B is unpacked a K
  * step at a time into a small signed staging buffer (TDPBSSD). On VNNI (MR rows a pass) these
  * shapes were bound by the multiplies. */
-/* B's bytes this far ahead are fetched into L2 (without it, in bench_qgemm, e_q8b at 16 x 4096^2
- * read 395 against 506-534 GOPS with, blocks of 32) */
-#define THIN_PF 8192
 void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0,
                                     int64_t j1, int thread) {
     (void)thread;
