@@ -31,6 +31,7 @@
  * Usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] [--shape M,N,K] [--blas-apart]
  *                    [--block N]
  * --shape: run that one shape (any M, N, K >= 1) instead of the table.
+ * --reps: rounds per shape, up to 64 (default 5, 7, 11 or 31, fewer for larger products).
  * --block: the K block of the e_q4 and e_q8b rows (a multiple of 32; default 32).
  * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
  * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
@@ -469,9 +470,11 @@ int main(int argc, char **argv) {
             if (quick && (m * n * k > (int64_t)1 << 32))
                 continue;
             const double ops = 2.0 * (double)m * (double)n * (double)k;
-            int reps = ops > 1e11 ? 5 : (ops > 1e10 ? 7 : 11);
+            /* rounds: the cheap shapes take more (decode calls last well under a millisecond; at 1
+             * x 4096^2 e_q8 read 67-86 GOPS in four runs of 11 rounds, 83-91 in four of 41) */
+            int reps = ops > 1e11 ? 5 : (ops > 1e10 ? 7 : (ops > 1e9 ? 11 : 31));
             if (reps_arg)
-                reps = reps_arg < 16 ? reps_arg : 16;
+                reps = reps_arg < 64 ? reps_arg : 64;
             int8_t *A = ember__aligned_alloc((size_t)(m * k)),
                    *B = ember__aligned_alloc((size_t)(k * n));
             int8_t *B4 = ember__aligned_alloc((size_t)(k * n));
@@ -524,7 +527,7 @@ int main(int argc, char **argv) {
             dnnl_setup(&dr, m, n, k, A, B, C32, 1);
             dnnl_setup(&dp, m, n, k, A, B, C32, 0);
 #endif
-            double t[NROWS][16];
+            double t[NROWS][64];
             /* warm-up once each, then interleaved rounds, each in its own order (a shuffle from a
              * fixed seed), so that no row always follows the same one: a row meets what the row
              * before it left behind (its data in the caches or pushed out, dirty lines, the clock
