@@ -12,20 +12,24 @@ EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     return ember__qpack_scales16(p, ember__qpack_sidx(p, c, j), p->sb16);
 }
 
-/* 4-bit B: each K chunk prefetches the bytes this far ahead into L2. The 4-bit decode row is
- * slower per byte than the 8-bit one (the unpack and a scaled epilogue per block of 32), and
- * cold, it drew B at ~17 GB/s where the 8-bit row drew ~30. Measured (M = 1, K = N = 4096, blocks
- * of 32, 2 threads, one process, 48 MiB written between calls, medians of 21): 85 / 85 -> 117 /
- * 106 GOPS (4 KiB ahead: 109 / 99; 16 KiB: 116 / 103); the 8-bit row did not gain from the same. */
-#define Q4_PF_BYTES 8192
+/* Decode rows fetch B's bytes this far ahead into L2. 4-bit B (every K chunk): the 4-bit decode
+ * row is slower per byte than the 8-bit one (the unpack and a scaled epilogue per block of 32),
+ * and cold, it drew B at ~17 GB/s where the 8-bit row drew ~30. Measured (M = 1, K = N = 4096,
+ * blocks of 32, 2 threads, one process, 48 MiB written between calls, medians of 21): 85 / 85 ->
+ * 117 / 106 GOPS (4 KiB ahead: 109 / 99; 16 KiB: 116 / 103). 8-bit B, one row (micro with MR = 1:
+ * per-tensor or per-column scales): that harness read it level (B from memory), but in
+ * bench_qgemm --shape 1,4096,4096 (31 rounds, B in L3), without and with alternated, medians of
+ * e_q8: 87 -> 91.5 GOPS (eight alternations; 94.5% -> 102% of the in-round roofline) and 84 ->
+ * 86.5 (ten; 94% -> 104.5%). */
+#define B_PF_BYTES 8192
 
-/* The 128 bytes of 4-bit B Q4_PF_BYTES past w (into the next panel at a panel's end), to L2; past
- * the last panel (B's values end at p->b + bbytes), nothing: a prefetch never faults, but it
- * would be wasted. */
-EMBER__INLINE void q4_prefetch(const ember__qpack *p, const uint8_t *w, int64_t bbytes) {
-    if (w - p->b + Q4_PF_BYTES < bbytes) {
-        _mm_prefetch((const char *)(w + Q4_PF_BYTES), _MM_HINT_T1);
-        _mm_prefetch((const char *)(w + Q4_PF_BYTES + 64), _MM_HINT_T1);
+/* The 128 bytes of B B_PF_BYTES past w (into the next panel at a panel's end), to L2; past the
+ * last panel (B's values end at p->b + bbytes), nothing: a prefetch never faults, but it would be
+ * wasted. */
+EMBER__INLINE void b_prefetch(const ember__qpack *p, const uint8_t *w, int64_t bbytes) {
+    if (w - p->b + B_PF_BYTES < bbytes) {
+        _mm_prefetch((const char *)(w + B_PF_BYTES), _MM_HINT_T1);
+        _mm_prefetch((const char *)(w + B_PF_BYTES + 64), _MM_HINT_T1);
     }
 }
 
@@ -43,6 +47,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         facc[r][0] = facc[r][1] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const int64_t bbytes = (p->np / 32) * (kp / 8) * 128; /* 4-bit values */
+    const int64_t bbytes8 = 2 * bbytes;                   /* 8-bit values */
     for (int64_t c = 0; c < nch; c++) {
         /* the sums start at minus the bias term (bias * the A chunk's row sum) */
 #pragma GCC unroll 6
@@ -54,6 +59,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         if (p->bits == 8) {
             const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
             for (int64_t kk = k0; kk < k1; kk += 4) {
+                if (MR == 1) /* decode (see B_PF_BYTES) */
+                    b_prefetch(p, b0 + kk * 32, bbytes8);
                 __m512i v0 = _mm512_load_si512(b0 + kk * 32);
                 __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
 #pragma GCC unroll 6
@@ -68,7 +75,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         } else {
             const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             for (int64_t kk = k0; kk < k1; kk += 8) {
-                q4_prefetch(p, b0 + kk * 16, bbytes);
+                b_prefetch(p, b0 + kk * 16, bbytes);
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
                 __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
@@ -172,7 +179,7 @@ EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_
                 const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
                 if (bits == 4) {
                     const uint8_t *w = bc + kk * 16;
-                    q4_prefetch(p, w, bbytes);
+                    b_prefetch(p, w, bbytes);
                     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
                     a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w0, m4), y0);
                     a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(w1, m4), y0);
