@@ -1196,6 +1196,14 @@ static void pf_task(void *v, int64_t task, int thread) {
     __atomic_fetch_add(&a->hits[task], 1, __ATOMIC_RELAXED);
 }
 
+/* fn(x) on this thread and fn(y) on another, at once; returns when both are done */
+static void both_at_once(void *(*fn)(void *), void *x, void *y) {
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, fn, y), 0);
+    fn(x);
+    pthread_join(th, NULL);
+}
+
 typedef struct pf_thread {
     ember__cpu_state *s;
     int ok;
@@ -1232,10 +1240,7 @@ static void test_thread_pool(void) {
         /* every task exactly once, thread ids in range, many back-to-back jobs, and two
          * application threads sharing the context at once */
         pf_thread p[2] = {{s, 0}, {s, 0}};
-        pthread_t th;
-        CU_ASSERT_EQUAL(pthread_create(&th, NULL, pf_caller, &p[1]), 0);
-        pf_caller(&p[0]);
-        pthread_join(th, NULL);
+        both_at_once(pf_caller, &p[0], &p[1]);
         CU_ASSERT(p[0].ok);
         CU_ASSERT(p[1].ok);
         int64_t one = 0;
@@ -1334,10 +1339,7 @@ static void test_task_runs(void) {
             CU_ASSERT(packed(b));
             if (nt > 1) { /* two application threads on the context at once */
                 runs_call c[2] = {{a, b, want, cells, 0}, {a, b, want, cells, 0}};
-                pthread_t th;
-                CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, runs_caller, &c[1]), 0);
-                runs_caller(&c[0]);
-                pthread_join(th, NULL);
+                both_at_once(runs_caller, &c[0], &c[1]);
                 CU_ASSERT(c[0].ok);
                 CU_ASSERT(c[1].ok);
             }
