@@ -709,8 +709,8 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     const size_t psbytes = round_up64((size_t)(mp / 16));
     /* With several row blocks, each thread owns a run of tasks (claim_task; run_arg.ranges) */
     const int nranges = nti > 1 && nt > 1 ? nt : 0;
-    const size_t rgbytes = round_up64((size_t)nranges * sizeof(uint64_t)) + psbytes;
-    const size_t total = abytes + rbytes + sbytes + pbytes + rgbytes + per * (size_t)nscr;
+    const size_t rgbytes = round_up64((size_t)nranges * sizeof(uint64_t));
+    const size_t total = abytes + rbytes + sbytes + pbytes + psbytes + rgbytes + per * (size_t)nscr;
     int from_scratch;
     uint8_t *mem = call_mem(s, total, &from_scratch);
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
@@ -722,7 +722,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     uint8_t **scratch = (uint8_t **)(void *)(mem + abytes + rbytes + sbytes);
     atomic_uchar *pstate = (atomic_uchar *)(void *)(mem + abytes + rbytes + sbytes + pbytes);
     for (int64_t q = 0; q < nscr; q++)
-        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + rgbytes + per * (size_t)q;
+        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + psbytes + rgbytes + per * (size_t)q;
     _Atomic uint64_t *ranges =
         nranges ? (_Atomic uint64_t *)(void *)(mem + abytes + rbytes + sbytes + pbytes + psbytes)
                 : NULL;

@@ -980,9 +980,6 @@ static void thin_config(int rows, int ks) {
     tile_load_config(&cfg);
 }
 
-/* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
- * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
- * VNNI kernel is bound by its multiplies. */
 /* The thin kernels fetch B's bytes this far ahead into L2. Chunked (below): without it, in
  * bench_qgemm, e_q8b at 16 x 4096^2 read 395 against 506-534 GOPS with, blocks of 32. Plain:
  * bench_qgemm --shape (31-41 rounds), without and with alternated, medians of e_q8 GOPS: 8 x
@@ -990,6 +987,10 @@ static void thin_config(int rows, int ks) {
  * roofline), 16 x 4096^2 712 -> 771, 2 x 4096^2 150 -> 155, 4 x 4096 x 11008 200 -> 208 (five).
  * Earlier sessions measured the plain kernel's prefetch level in bench runs of 11 rounds. */
 #define THIN_PF 8192
+
+/* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
+ * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
+ * VNNI kernel is bound by its multiplies. */
 void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                             int thread) {
     (void)thread;
