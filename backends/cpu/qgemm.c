@@ -127,7 +127,7 @@ static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
  * threads, two packs of the same B in one process, alternated, medians of 11-15, 48 MiB written
  * between calls): 128 x 4096^2 3140 / 3120 -> 3247 / 3289 GOPS, 32 x 4096^2 1295 / 1253 -> 1322 /
  * 1324, 8 x 4096^2 352 / 364 -> 382 / 369; 2048^3 and 4096^3 within 1%. */
-static void advise_huge(void *buf, size_t bytes) {
+void ember__advise_huge(void *buf, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (bytes < ((size_t)4 << 20))
         return;
@@ -307,7 +307,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
     p->sb16 = sb16;
     p->b = ember__aligned_alloc(vbytes);
     if (p->b)
-        advise_huge(p->b, vbytes);
+        ember__advise_huge(p->b, vbytes);
     p->sb = ember__aligned_alloc(nsc * (sb16 ? 2 : 4));
     if (!p->b || !p->sb) {
         ember__qpack_free(p);

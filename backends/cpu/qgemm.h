@@ -173,6 +173,10 @@ typedef struct ember__qjob {
                           writing ahead of the epilogue */
 } ember__qjob;
 
+/* Advise Linux to back [buf, buf + bytes) with transparent huge pages when it is 4 MiB or more
+ * (packed operands; bench_qgemm's bandwidth probes, so that they read the pages the packs get) */
+void ember__advise_huge(void *buf, size_t bytes);
+
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
 #define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)
 
