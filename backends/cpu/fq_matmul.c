@@ -14,12 +14,10 @@
 #include "fq_matmul.h"
 #include "qgemm.h"
 
-/* bytes a stored scale of the job takes */
-static int64_t scale_bytes(const ember__fq_job *jb) { return jb->sd == EMBER_SCALE_F32 ? 4 : 2; }
-
 /* the effective scale at index i of the job's scales */
 static float scale_at(const ember__fq_job *jb, int64_t i) {
-    const float t = ember__scale_decode((const uint8_t *)jb->sc + i * scale_bytes(jb), jb->sd);
+    const float t = ember__scale_decode(
+        (const uint8_t *)jb->sc + (size_t)i * ember__scale_dtype_size(jb->sd), jb->sd);
     return jb->two_level ? jb->glob * t : t;
 }
 
@@ -71,8 +69,8 @@ static void fq_task(void *arg, int64_t t, int thread) {
     ember__fq_job jb = r->job;
     jb.a = r->a0 + r->g->a_off[bi];
     jb.b = r->b0 + (r->g->b_off[bi] / jb.n) * jb.ldb; /* rows start afresh when packed */
-    jb.sc =
-        (const uint8_t *)jb.sc + (r->g->b_off[bi] / (jb.k * jb.n)) * r->sstride * scale_bytes(&jb);
+    jb.sc = (const uint8_t *)jb.sc +
+            (size_t)(r->g->b_off[bi] / (jb.k * jb.n) * r->sstride) * ember__scale_dtype_size(jb.sd);
     jb.c = r->c0 + bi * jb.m * jb.n;
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }

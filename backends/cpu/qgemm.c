@@ -716,16 +716,18 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
     EMBER_FAIL_IF(!mem, EMBER_ERR_OUT_OF_MEMORY,
                   "cpu q_matmul: no memory for a %lld x %lld operand", (long long)m,
                   (long long)p->k);
-    int8_t *ap = (int8_t *)mem;
-    int32_t *rs = (int32_t *)(mem + abytes);
-    float *sap = (float *)(mem + abytes + rbytes);
-    uint8_t **scratch = (uint8_t **)(void *)(mem + abytes + rbytes + sbytes);
-    atomic_uchar *pstate = (atomic_uchar *)(void *)(mem + abytes + rbytes + sbytes + pbytes);
+    /* carved in order: packed A, row sums, A scales, the buffer pointers, the pack states, the
+     * runs, the per-thread buffers */
+    uint8_t *cur = mem;
+    int8_t *ap = (int8_t *)cur;
+    int32_t *rs = (int32_t *)(void *)(cur += abytes);
+    float *sap = (float *)(void *)(cur += rbytes);
+    uint8_t **scratch = (uint8_t **)(void *)(cur += sbytes);
+    atomic_uchar *pstate = (atomic_uchar *)(void *)(cur += pbytes);
+    _Atomic uint64_t *ranges = nranges ? (_Atomic uint64_t *)(void *)(cur + psbytes) : NULL;
+    cur += psbytes + rgbytes;
     for (int64_t q = 0; q < nscr; q++)
-        scratch[q] = mem + abytes + rbytes + sbytes + pbytes + psbytes + rgbytes + per * (size_t)q;
-    _Atomic uint64_t *ranges =
-        nranges ? (_Atomic uint64_t *)(void *)(mem + abytes + rbytes + sbytes + pbytes + psbytes)
-                : NULL;
+        scratch[q] = cur + per * (size_t)q;
     for (int q = 0; q < nranges; q++) {
         const uint64_t lo = (uint64_t)(ntasks * q / nranges),
                        hi = (uint64_t)(ntasks * (q + 1) / nranges);

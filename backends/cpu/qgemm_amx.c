@@ -988,6 +988,15 @@ static void thin_config(int rows, int ks) {
  * Earlier sessions measured the plain kernel's prefetch level in bench runs of 11 rounds. */
 #define THIN_PF 8192
 
+/* A thin kernel's K step: the `bytes` of B THIN_PF past bk (this step's) to L2, unless they lie
+ * past B's values (bbytes from p->b) */
+static inline __attribute__((always_inline)) void
+thin_prefetch(const ember__qpack *p, const uint8_t *bk, int64_t bytes, int64_t bbytes) {
+    if (bk - p->b + THIN_PF + bytes <= bbytes)
+        for (int64_t q = 0; q < bytes; q += 64)
+            _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
+}
+
 /* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
  * the tile products cost in proportion to m, so this streams B at the bandwidth limit where the
  * VNNI kernel is bound by its multiplies. */
@@ -1008,9 +1017,7 @@ void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64
         _tile_zero(1);
         for (int64_t k = 0; k < kp; k += 64) {
             const uint8_t *bk = b0 + k * 32; /* this step's 2048 bytes */
-            if (bk - p->b + THIN_PF + 2048 <= bbytes)
-                for (int q = 0; q < 2048; q += 64)
-                    _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
+            thin_prefetch(p, bk, 2048, bbytes);
             AMX_STEP12(_tile_dpbsud, a0 + k * 32, 64, bk);
         }
         _tile_stored(0, buf, 128);
@@ -1061,9 +1068,7 @@ void ember__qblock_amx_thin_chunked(const ember__qjob *jb, int64_t i0, int64_t i
             for (int64_t k = c * kc; k < (c + 1) * kc; k += ks) {
                 const int8_t *ak = a0 + (k / 64) * 2048 + (k % 64);
                 const uint8_t *bk = b0 + k * bpk; /* this step's ks * bpk bytes */
-                if (bk - p->b + THIN_PF + ks * bpk <= bbytes)
-                    for (int64_t q = 0; q < ks * bpk; q += 64)
-                        _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
+                thin_prefetch(p, bk, ks * bpk, bbytes);
                 if (four) {
                     uint8_t *d = stage[(k / ks) & 1];
                     unpack_rows_signed(bk, ks / 8, d);
