@@ -1357,6 +1357,46 @@ static void test_task_runs(void) {
 /* the bench's ceiling loops report the ops they did, and the L2-fed loop reads its buffer only
  * (tile loads are not instrumented by AddressSanitizer: the buffer lies between two inaccessible
  * pages instead, so a read outside it faults) */
+/* The context's scratch region: 64-byte aligned below EMBER__SCRATCH_HUGE, on a 2 MiB boundary
+ * from there (the huge-page region), every byte of it usable, reused when it suffices, grown when
+ * not, refused while held, and an allocation failure leaves no region behind and no leak. */
+static void test_scratch_region(void) {
+    const size_t huge = (size_t)2 << 20;
+    long live0 = ember__alloc_live();
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    uint8_t *r = ember__cpu_scratch_get(s, 1000);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    CU_ASSERT_EQUAL((uintptr_t)r % 64, 0);
+    memset(r, 0x5a, 1000);
+    CU_ASSERT_PTR_NULL(ember__cpu_scratch_get(s, 10)); /* held */
+    ember__cpu_scratch_put(s);
+    static const size_t sizes[] = {EMBER__SCRATCH_HUGE, (size_t)5 << 20 | 1, (size_t)3 << 20};
+    uint8_t *big = NULL;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        r = ember__cpu_scratch_get(s, sizes[i]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+        CU_ASSERT_EQUAL((uintptr_t)r % huge, 0);
+        memset(r, (int)i, sizes[i]); /* the whole region (AddressSanitizer checks the bounds) */
+        CU_ASSERT_EQUAL(r[sizes[i] - 1], (uint8_t)i);
+        if (i == 1)
+            big = r;
+        if (i == 2)
+            CU_ASSERT_PTR_EQUAL(r, big); /* 3 MiB fits the 5 MiB region: reused */
+        ember__cpu_scratch_put(s);
+    }
+    ember__alloc_fail_at(1); /* the next growth fails */
+    CU_ASSERT_PTR_NULL(ember__cpu_scratch_get(s, (size_t)8 << 20));
+    ember__alloc_fail_at(0);
+    r = ember__cpu_scratch_get(s, 1000); /* nothing left: a new region */
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    memset(r, 1, 1000);
+    ember__cpu_scratch_put(s);
+    ember_context_destroy(ctx);
+    CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+}
+
 static void test_peak_loops(void) {
     if (ember__qtier_available(EMBER__QT_AVX512)) /* each loop only where its ISA is */
         CU_ASSERT_EQUAL(ember__qpeak_vnni(10), 10.0 * 12 * 64 * 2);
@@ -1399,6 +1439,7 @@ int main(void) {
         {"more than 64 pool threads", test_many_threads},
         {"row-block runs: every task once, any schedule", test_task_runs},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
+        {"scratch region: alignment, reuse, growth, failure", test_scratch_region},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"cpu_qgemm", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

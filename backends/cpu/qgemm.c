@@ -128,9 +128,12 @@ static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
  * between calls): 128 x 4096^2 3140 / 3120 -> 3247 / 3289 GOPS, 32 x 4096^2 1295 / 1253 -> 1322 /
  * 1324, 8 x 4096^2 352 / 364 -> 382 / 369; 2048^3 and 4096^3 within 1%. */
 void ember__advise_huge(void *buf, size_t bytes) {
+    if (bytes >= ((size_t)4 << 20))
+        ember__advise_huge_at(buf, bytes);
+}
+
+void ember__advise_huge_at(void *buf, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (bytes < ((size_t)4 << 20))
-        return;
     const uintptr_t a0 = ((uintptr_t)buf + 4095) & ~(uintptr_t)4095;
     const uintptr_t a1 = ((uintptr_t)buf + bytes) & ~(uintptr_t)4095;
     if (a1 > a0)

@@ -176,6 +176,8 @@ typedef struct ember__qjob {
 /* Advise Linux to back [buf, buf + bytes) with transparent huge pages when it is 4 MiB or more
  * (packed operands; bench_qgemm's bandwidth probes, so that they read the pages the packs get) */
 void ember__advise_huge(void *buf, size_t bytes);
+/* The same advice whatever the size (the whole 4 KiB pages inside the range) */
+void ember__advise_huge_at(void *buf, size_t bytes);
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
 #define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)
@@ -208,8 +210,10 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
  * (fewer workers than asked when pthread_create fails: still correct). stop joins and frees. */
 ember_status ember__cpu_pool_start(ember__cpu_state *s);
 void ember__cpu_pool_stop(ember__cpu_state *s);
-/* The context's reusable scratch region of at least `bytes` (64-byte aligned), held until
+/* The context's reusable scratch region of at least `bytes` (64-byte aligned; from
+ * EMBER__SCRATCH_HUGE bytes 2 MiB-aligned on transparent huge pages, threadpool.c), held until
  * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
+#define EMBER__SCRATCH_HUGE ((size_t)2 << 20)
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);
 /* The tier chosen at init (scalar without kernel state). */

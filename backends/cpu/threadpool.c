@@ -51,7 +51,8 @@ struct pool {
      * large allocations are mmap'd and page-faulted on every call, which costs more than a small
      * matmul itself */
     pthread_mutex_t scratch_mu;
-    void *scratch;
+    void *scratch;     /* the region handed out (inside scratch_mem) */
+    void *scratch_mem; /* its allocation */
     size_t scratch_bytes;
     uint64_t spin_ns;          /* an idle worker polls this long before it sleeps */
     atomic_llong sleeps;       /* times a worker went to sleep (tests read it) */
@@ -262,7 +263,7 @@ void ember__cpu_pool_stop(ember__cpu_state *s) {
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->scratch_mu);
-    ember__aligned_free(p->scratch);
+    ember__aligned_free(p->scratch_mem);
     pthread_mutex_destroy(&p->busy);
     ember__free(p);
     s->kernels = NULL;
@@ -300,13 +301,40 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
     pthread_mutex_unlock(&p->busy);
 }
 
+/* A scratch region of `bytes` (its allocation in *mem; NULL when none can be had). From
+ * EMBER__SCRATCH_HUGE on it starts on a 2 MiB boundary and its 2 MiB pages are advised huge, so
+ * that the packed A that fills most of it (and the tasks' sums) take one TLB entry per 2 MiB: the
+ * tile loads of a task walk up to 1 MiB of packed A once per 32-column panel. The allocation is
+ * then up to 4 MiB larger than asked (addresses only: the kernel backs what is touched), and the
+ * memory in use rounds up to whole 2 MiB pages. Measured, bench_qgemm --shape, 2 threads, e_q8
+ * GOPS medians: through an environment switch in one build (three sets of 4-5 alternations,
+ * orders rotated) 4096^3 4779 -> 4996, 4624 -> 4859, 4801 -> 4911; 512 x 4096^2 3712 -> 3998;
+ * 2048^3 4716 -> 4871, 4985 -> 4974; 1024^3 level. Then the build before and this one as two
+ * binaries, alternated (13 and 13 at 4096^3, 8 and 8 elsewhere): 4096^3 4689 -> 4838, 512 x
+ * 4096^2 and 2048^3 level. A 1.5 MiB region (128 x 4096^2) on huge pages read level or lower,
+ * hence the threshold. */
+static void *scratch_alloc(size_t bytes, void **mem) {
+    const size_t huge = (size_t)2 << 20;
+    size_t r, total;
+    if (bytes < EMBER__SCRATCH_HUGE || !ember__add_size(bytes, huge - 1, &r) ||
+        !ember__add_size(r & ~(huge - 1), huge, &total))
+        return *mem = ember__aligned_alloc(bytes);
+    r &= ~(huge - 1);
+    uint8_t *m = *mem = ember__aligned_alloc(total);
+    if (!m)
+        return NULL;
+    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
+    ember__advise_huge_at(a, r);
+    return a;
+}
+
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
     pool *p = s ? s->kernels : NULL;
     if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
         return NULL;
     if (p->scratch_bytes < bytes) {
-        ember__aligned_free(p->scratch);
-        p->scratch = ember__aligned_alloc(bytes);
+        ember__aligned_free(p->scratch_mem);
+        p->scratch = scratch_alloc(bytes, &p->scratch_mem);
         p->scratch_bytes = p->scratch ? bytes : 0;
     }
     if (!p->scratch) {
