@@ -1393,8 +1393,44 @@ static void test_scratch_region(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(r);
     memset(r, 1, 1000);
     ember__cpu_scratch_put(s);
+    /* ember_context_trim frees the region, unless a call holds it */
+    TU_OK(ember_context_trim(ctx)); /* the buffer cache emptied too: only the region moves below */
+    r = ember__cpu_scratch_get(s, (size_t)3 << 20);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r);
+    long live1 = ember__alloc_live();
+    TU_OK(ember_context_trim(ctx)); /* held: kept */
+    CU_ASSERT_EQUAL(ember__alloc_live(), live1);
+    memset(r, 2, (size_t)3 << 20); /* still the caller's (AddressSanitizer: not freed) */
+    ember__cpu_scratch_put(s);
+    TU_OK(ember_context_trim(ctx));
+    CU_ASSERT_EQUAL(ember__alloc_live(), live1 - 1);
     ember_context_destroy(ctx);
     CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+}
+
+/* q_matmul through the API after ember_context_trim (the working region given back between two
+ * calls) gives the same bytes as before it; the packed a alone (600 x 4032 bytes) takes the region
+ * over 2 MiB, on every tier */
+static void test_trim_between_calls(void) {
+    const int64_t m = 600, k = 4000, n = 40;
+    float *x = malloc((size_t)(m * k) * 4), *w = malloc((size_t)(k * n) * 4);
+    float *r0 = malloc((size_t)(m * n) * 4), *r1 = malloc((size_t)(m * n) * 4);
+    CU_ASSERT_FATAL(x && w && r0 && r1);
+    for (int64_t i = 0; i < m * k; i++)
+        x[i] = (float)((int)(tu_next(&rng) % 2001) - 1000) / 250.0f;
+    for (int64_t i = 0; i < k * n; i++)
+        w[i] = (float)((int)(tu_next(&rng) % 2001) - 1000) / 500.0f;
+    ember_context *ctx = tu_cpu_context();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    tu_q8_matmul(ctx, TU_CPU, m, k, n, x, w, r0);
+    TU_OK(ember_context_trim(ctx));
+    tu_q8_matmul(ctx, TU_CPU, m, k, n, x, w, r1);
+    CU_ASSERT_EQUAL(memcmp(r0, r1, (size_t)(m * n) * 4), 0);
+    ember_context_destroy(ctx);
+    free(x);
+    free(w);
+    free(r0);
+    free(r1);
 }
 
 static void test_peak_loops(void) {
@@ -1439,7 +1475,8 @@ int main(void) {
         {"more than 64 pool threads", test_many_threads},
         {"row-block runs: every task once, any schedule", test_task_runs},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
-        {"scratch region: alignment, reuse, growth, failure", test_scratch_region},
+        {"scratch region: alignment, reuse, growth, failure, trim", test_scratch_region},
+        {"q_matmul after ember_context_trim: same bytes", test_trim_between_calls},
         CU_TEST_INFO_NULL,
     };
     CU_SuiteInfo suites[] = {{"cpu_qgemm", NULL, NULL, NULL, NULL, tests}, CU_SUITE_INFO_NULL};

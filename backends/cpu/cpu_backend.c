@@ -62,7 +62,12 @@ static void cpu_shutdown(void *state) {
     ember__free(state);
 }
 
-static void cpu_trim(void *state) { ember__bufcache_trim(&((ember__cpu_state *)state)->cache); }
+/* ember_context_trim: the freed-buffer cache emptied, and the int8 kernels' scratch region freed
+ * unless a call on another thread holds it */
+static void cpu_trim(void *state) {
+    ember__bufcache_trim(&((ember__cpu_state *)state)->cache);
+    ember__cpu_scratch_release(state);
+}
 
 static int cpu_device_count(void *state) {
     (void)state;

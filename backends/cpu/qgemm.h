@@ -216,6 +216,9 @@ void ember__cpu_pool_stop(ember__cpu_state *s);
 #define EMBER__SCRATCH_HUGE ((size_t)2 << 20)
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);
+/* The scratch region freed (ember_context_trim), unless a call holds it: then it stays, and the
+ * next trim frees it. */
+void ember__cpu_scratch_release(ember__cpu_state *s);
 /* The tier chosen at init (scalar without kernel state). */
 ember__qtier ember__cpu_tier(const ember__cpu_state *s);
 

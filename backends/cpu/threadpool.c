@@ -349,6 +349,16 @@ void ember__cpu_scratch_put(ember__cpu_state *s) {
     pthread_mutex_unlock(&p->scratch_mu);
 }
 
+void ember__cpu_scratch_release(ember__cpu_state *s) {
+    pool *p = s ? s->kernels : NULL;
+    if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
+        return;
+    ember__aligned_free(p->scratch_mem);
+    p->scratch = p->scratch_mem = NULL;
+    p->scratch_bytes = 0;
+    pthread_mutex_unlock(&p->scratch_mu);
+}
+
 ember__qtier ember__cpu_tier(const ember__cpu_state *s) {
     const pool *p = s ? s->kernels : NULL;
     return p ? p->tier : EMBER__QT_SCALAR;

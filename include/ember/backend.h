@@ -105,9 +105,10 @@ EMBER_API ember_status ember_context_create(const ember_options *opts, ember_con
 /* Destroy a context. NULL is a no-op. Tensors still alive become invalid. */
 EMBER_API void ember_context_destroy(ember_context *ctx);
 
-/* Give back the memory the context holds for reuse (the CPU and OpenCL buffer caches); tensors are
- * untouched
- * and the context stays usable (the cache fills again as tensors are freed).
+/* Give back the memory the context holds for reuse (the CPU and OpenCL buffer caches, and the CPU
+ * int8 kernels' working region: see ember_q_matmul); tensors are untouched and the context stays
+ * usable (the caches fill again as tensors are freed, the working region on the next q_matmul). A
+ * working region held by a q_matmul running on another thread at that moment is kept.
  * @return EMBER_OK; MISUSE for a NULL or dead context. */
 EMBER_API ember_status ember_context_trim(ember_context *ctx);
 

@@ -32,6 +32,12 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * and packs nothing: the second use packs (a weight used once is never packed). The OpenCL
  * backend's mma and wgmma paths (NVIDIA) keep a packed copy on the device from the first call:
  * the packed size again, K and N rounded up to their tiles. Invisible to results.
+ * Working memory (CPU, integer path): the context keeps one region between calls for the packed
+ * a (roundup(m, 32) x roundup(k, 64) bytes) and, on AMX, up to 512 KiB of sums per thread (more
+ * with block scales or 4-bit b: 64 x roundup(k, 64) bytes a thread), grown to the largest call
+ * so far. From 2 MiB it starts on a 2 MiB boundary and asks Linux for transparent huge pages, so
+ * the memory it uses rounds up to whole 2 MiB. ember_context_trim() frees it; a call made while
+ * another thread's call holds it allocates its own for that call.
  * (F,Q) on the CPU: with an F32 a of up to 64 rows (per batch) and b of 8-bit Native or 4-bit
  * PackedU32 values, each weight is dequantized in registers as it is read (the f32 multiply
  * ember_dequantize does) and multiplied into f32 sums: no dequantized copy, nothing packed (up to
