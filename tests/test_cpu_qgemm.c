@@ -1354,9 +1354,6 @@ static void test_task_runs(void) {
     }
 }
 
-/* the bench's ceiling loops report the ops they did, and the L2-fed loop reads its buffer only
- * (tile loads are not instrumented by AddressSanitizer: the buffer lies between two inaccessible
- * pages instead, so a read outside it faults) */
 /* The context's scratch region: 64-byte aligned below EMBER__SCRATCH_HUGE, on a 2 MiB boundary
  * from there (the huge-page region), every byte of it usable, reused when it suffices, grown when
  * not, refused while held, and an allocation failure leaves no region behind and no leak. */
@@ -1433,6 +1430,9 @@ static void test_trim_between_calls(void) {
     free(r1);
 }
 
+/* the bench's ceiling loops report the ops they did, and the L2-fed loop reads its buffer only
+ * (tile loads are not instrumented by AddressSanitizer: the buffer lies between two inaccessible
+ * pages instead, so a read outside it faults) */
 static void test_peak_loops(void) {
     if (ember__qtier_available(EMBER__QT_AVX512)) /* each loop only where its ISA is */
         CU_ASSERT_EQUAL(ember__qpeak_vnni(10), 10.0 * 12 * 64 * 2);
