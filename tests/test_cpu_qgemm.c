@@ -1354,6 +1354,55 @@ static void test_task_runs(void) {
     }
 }
 
+/* Packed values of 4 MiB or more start on a 2 MiB boundary inside their allocation (so that
+ * their 2 MiB pages can be huge); smaller ones are their allocation. The products stay exact. */
+static void test_pack_placement(void) {
+    const size_t huge = (size_t)2 << 20;
+    ember_context *ctx;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const struct {
+        int64_t k, n;
+        int bits;
+        int placed;
+    } cases[] = {{2048, 2048, 8, 1}, {4096, 4096, 4, 1}, {1000, 2000, 8, 0}, {2048, 2048, 4, 0}};
+    const int64_t m = 2;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t k = cases[c].k, n = cases[c].n;
+        int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
+        int32_t *C = malloc((size_t)(m * n) * 4);
+        CU_ASSERT_FATAL(A && B && C);
+        rand_i8(A, (size_t)(m * k), -128, 127);
+        rand_i8(B, (size_t)(k * n), cases[c].bits == 8 ? -128 : -8, cases[c].bits == 8 ? 127 : 7);
+        ember__qpack p;
+        TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, cases[c].bits, B, NULL));
+        const uint8_t *mem = p.b_mem;
+        if (cases[c].placed) {
+            CU_ASSERT_EQUAL((uintptr_t)p.b % huge, 0);
+            CU_ASSERT(p.b >= mem && p.b < mem + huge);
+        } else {
+            CU_ASSERT_PTR_EQUAL(p.b, mem);
+        }
+        TU_OK(ember__qgemm_s32(s, ember__qtier_select(NULL), m, A, k, &p, C, n));
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int32_t want = 0;
+                for (int64_t q = 0; q < k; q++)
+                    want += (int32_t)A[i * k + q] * (int32_t)B[q * n + j];
+                bad += want != C[i * n + j];
+            }
+        CU_ASSERT_EQUAL(bad, 0);
+        ember__qpack_free(&p);
+        CU_ASSERT_PTR_NULL(p.b);
+        CU_ASSERT_PTR_NULL(p.b_mem);
+        free(A);
+        free(B);
+        free(C);
+    }
+    ember_context_destroy(ctx);
+}
+
 /* The context's scratch region: 64-byte aligned below EMBER__SCRATCH_HUGE, on a 2 MiB boundary
  * from there (the huge-page region), every byte of it usable, reused when it suffices, grown when
  * not, refused while held, and an allocation failure leaves no region behind and no leak. */
@@ -1475,6 +1524,7 @@ int main(void) {
         {"more than 64 pool threads", test_many_threads},
         {"row-block runs: every task once, any schedule", test_task_runs},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
+        {"packed values from 4 MiB on a 2 MiB boundary, exact", test_pack_placement},
         {"scratch region: alignment, reuse, growth, failure, trim", test_scratch_region},
         {"q_matmul after ember_context_trim: same bytes", test_trim_between_calls},
         CU_TEST_INFO_NULL,

@@ -62,8 +62,9 @@ typedef struct ember__qpack {
     int bits;       /* 8 or 4 */
     int bias;       /* 128 (8-bit) or 8 (4-bit) */
     int sb16;       /* scales stored as f16 */
-    uint8_t *b;     /* values, 64-byte aligned */
+    uint8_t *b;     /* values, 64-byte aligned (from 4 MiB: 2 MiB-aligned, inside b_mem) */
     void *sb;       /* [nch][np] scales (f32 or f16) */
+    void *b_mem;    /* the allocation that holds b */
 } ember__qpack;
 
 /* The packer reads B through this callback: values of row kk, columns [j0, j0 + nj), as int8
