@@ -30,8 +30,8 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * scale is an f16) per column per K block of scales; about the size of the Q8 tensor, 1 to 1.25x
  * the Q4 one (from 4 MiB of values they start on a 2 MiB boundary inside an allocation 2 MiB
  * larger, so that Linux can back them with huge pages: address space, not memory in use). A first
- * call with up to 128 rows on an 8-bit Native b multiplies b as it is stored
- * and packs nothing: the second use packs (a weight used once is never packed). The OpenCL
+ * call with up to 128 rows on an 8-bit Native b multiplies b as it is stored and packs nothing:
+ * the second use packs (a weight used once is never packed). The OpenCL
  * backend's mma and wgmma paths (NVIDIA) keep a packed copy on the device from the first call:
  * the packed size again, K and N rounded up to their tiles. Invisible to results.
  * Working memory (CPU, integer path): the context keeps one region between calls for the packed
