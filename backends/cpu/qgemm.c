@@ -159,8 +159,10 @@ static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
  * against 5219; first calls at 512 x 4096^2 3020 against 3117 (two runs of this build read ~2450,
  * in rounds where its cached row read low too). Through a switch in one build, eleven pairs, the
  * same: Q4 / Q8 1.51-2.13 (8 of 11 at 1.7 or more) against 1.19-1.75 (1 of 11), 2048^3 and
- * 4096^3 -3%. The trailing part of the last 2 MiB is left on small pages: the memory in use does
- * not grow, only the address range (2 MiB a pack). */
+ * 4096^3 -3%. But ten full tables of this build later read 1.12-1.26 in eight of them: the advice
+ * does not turn heap pages already in use (touched by other buffers first) into huge ones, so in
+ * a long-lived process where a pack lands still decides. The trailing part of the last 2 MiB is
+ * left on small pages: the memory in use does not grow, only the address range (2 MiB a pack). */
 static void pack_values_alloc(ember__qpack *p, size_t vbytes) {
     const size_t huge = (size_t)2 << 20;
     size_t total;
