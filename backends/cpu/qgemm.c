@@ -145,6 +145,22 @@ void ember__advise_huge_at(void *buf, size_t bytes) {
 }
 static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+void *ember__alloc_on_huge_pages(size_t bytes, int whole_pages, void **mem) {
+    const size_t huge = (size_t)2 << 20;
+    size_t span, total;
+    if (!ember__add_size(bytes, whole_pages ? huge - 1 : 0, &span) ||
+        !ember__add_size(whole_pages ? span & ~(huge - 1) : span, huge, &total))
+        return *mem = ember__aligned_alloc(bytes);
+    if (whole_pages)
+        span &= ~(huge - 1);
+    uint8_t *m = *mem = ember__aligned_alloc(total);
+    if (!m)
+        return NULL;
+    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
+    ember__advise_huge_at(a, span & ~(huge - 1));
+    return a;
+}
+
 /* A pack's values (vbytes) into p->b, its allocation in p->b_mem (both NULL when none can be had).
  * From 4 MiB the values start on a 2 MiB boundary inside an allocation 2 MiB larger, and their
  * whole 2 MiB pages are advised huge: without the offset the advice covers only the pages that
@@ -164,19 +180,10 @@ static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
  * a long-lived process where a pack lands still decides. The trailing part of the last 2 MiB is
  * left on small pages: the memory in use does not grow, only the address range (2 MiB a pack). */
 static void pack_values_alloc(ember__qpack *p, size_t vbytes) {
-    const size_t huge = (size_t)2 << 20;
-    size_t total;
-    if (vbytes < ((size_t)4 << 20) || !ember__add_size(vbytes, huge, &total)) {
+    if (vbytes < ((size_t)4 << 20))
         p->b = p->b_mem = ember__aligned_alloc(vbytes);
-        return;
-    }
-    uint8_t *m = p->b_mem = ember__aligned_alloc(total);
-    if (!m) {
-        p->b = NULL;
-        return;
-    }
-    p->b = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
-    ember__advise_huge_at(p->b, vbytes & ~(huge - 1));
+    else
+        p->b = ember__alloc_on_huge_pages(vbytes, 0, &p->b_mem);
 }
 
 typedef struct pack_b_arg {

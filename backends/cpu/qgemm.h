@@ -179,6 +179,11 @@ typedef struct ember__qjob {
 void ember__advise_huge(void *buf, size_t bytes);
 /* The same advice whatever the size (the whole 4 KiB pages inside the range) */
 void ember__advise_huge_at(void *buf, size_t bytes);
+/* `bytes` starting on a 2 MiB boundary inside an allocation 2 MiB larger (put in *mem, for
+ * ember__aligned_free), its whole 2 MiB pages advised huge; with whole_pages the last, partial
+ * 2 MiB page too (the allocation then covers it). NULL when none can be had. The scratch region
+ * (threadpool.c) and the packs' values (qgemm.c, pack_values_alloc) take their memory here. */
+void *ember__alloc_on_huge_pages(size_t bytes, int whole_pages, void **mem);
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
 #define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)

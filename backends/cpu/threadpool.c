@@ -314,18 +314,9 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
  * 4096^2 and 2048^3 level. A 1.5 MiB region (128 x 4096^2) on huge pages read level or lower,
  * hence the threshold. */
 static void *scratch_alloc(size_t bytes, void **mem) {
-    const size_t huge = (size_t)2 << 20;
-    size_t r, total;
-    if (bytes < EMBER__SCRATCH_HUGE || !ember__add_size(bytes, huge - 1, &r) ||
-        !ember__add_size(r & ~(huge - 1), huge, &total))
+    if (bytes < EMBER__SCRATCH_HUGE)
         return *mem = ember__aligned_alloc(bytes);
-    r &= ~(huge - 1);
-    uint8_t *m = *mem = ember__aligned_alloc(total);
-    if (!m)
-        return NULL;
-    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
-    ember__advise_huge_at(a, r);
-    return a;
+    return ember__alloc_on_huge_pages(bytes, 1, mem);
 }
 
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
