@@ -142,17 +142,15 @@ static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size
     return ops / dt;
 }
 
-/* A bandwidth probe's buffer on the pages ember's packed weights get: advised for transparent
- * huge pages from 4 MiB, as the packs are (ember__advise_huge). Until 2026-11-30 the probes read 4
- * KiB pages while the weights sat on 2 MiB ones: at 1 x 4096^2 the in-round probe read 86-97
- * GOPS-equivalent (median 88.5) against 93-102 (95) advised, six runs each, and the decode rows'
- * roofline read that much closer than it is. */
-static uint8_t *probe_alloc(size_t bytes) {
-    uint8_t *p = ember__aligned_alloc(bytes);
-    if (p)
-        ember__advise_huge(p, bytes);
-    return p;
-}
+/* A bandwidth probe's buffer on the pages ember's packed weights get: a mapping of its own on a
+ * 2 MiB boundary, advised huge (ember__map_huge), as the packs' values are from 4 MiB. Free with
+ * probe_free. Until 2026-11-30 the probes read 4 KiB pages while the weights sat on 2 MiB ones:
+ * at 1 x 4096^2 the in-round probe read 86-97 GOPS-equivalent (median 88.5) against 93-102 (95)
+ * advised, six runs each, and the decode rows' roofline read that much closer than it is. Until
+ * the thirteenth session the probes (and the packs) were heap memory with their whole 2 MiB pages
+ * advised, which in a full table often meant pages already on 4 KiB ones. */
+static uint8_t *probe_alloc(size_t bytes) { return ember__map_huge(bytes); }
+static void probe_free(uint8_t *p, size_t bytes) { ember__map_free(p, bytes); }
 
 /* The bandwidth row of decode shapes: one pass over a buffer as large as the Q8 weights, on
  * ember's pool, timed inside the interleaved rounds like the kernel rows (the other rows' data
@@ -651,7 +649,7 @@ int main(int argc, char **argv) {
             ember__qpack_free(&e.p8);
             ember__qpack_free(&e.p4);
             ember__qpack_free(&e.p8b);
-            ember__aligned_free(bwrow);
+            probe_free(bwrow, bwa.bytes);
             ember__aligned_free(A);
             ember__aligned_free(B);
             ember__aligned_free(B4);
@@ -669,6 +667,6 @@ int main(int argc, char **argv) {
     }
     if (json)
         printf("\n]}\n");
-    ember__aligned_free(bwbuf);
+    probe_free(bwbuf, bwbytes);
     return 0;
 }

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "alloc.h"
 
@@ -89,6 +90,40 @@ void *ember__aligned_alloc(size_t n) {
 }
 
 void ember__aligned_free(void *p) { ember__free(p); }
+
+#define HUGE_2M ((size_t)2 << 20)
+#define PAGE_4K ((size_t)4096)
+
+void *ember__map_huge(size_t n) {
+    size_t len, span;
+    if (!ember__add_size(n ? n : 1, PAGE_4K - 1, &len) ||
+        !ember__add_size(len & ~(PAGE_4K - 1), HUGE_2M, &span) || inject())
+        return NULL;
+    len &= ~(PAGE_4K - 1);
+    /* 2 MiB more than asked, then the part before the first 2 MiB boundary and after the end
+     * unmapped again */
+    uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));
+    if (a > m)
+        (void)munmap(m, (size_t)(a - m));
+    if (m + span > a + len)
+        (void)munmap(a + len, (size_t)(m + span - (a + len)));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (len >= HUGE_2M) /* advice only: a failure changes nothing */
+        (void)madvise(a, len & ~(HUGE_2M - 1), MADV_HUGEPAGE);
+#endif
+    atomic_fetch_add(&live, 1);
+    return a;
+}
+
+void ember__map_free(void *p, size_t n) {
+    if (!p)
+        return;
+    atomic_fetch_sub(&live, 1);
+    (void)munmap(p, ((n ? n : 1) + PAGE_4K - 1) & ~(PAGE_4K - 1));
+}
 
 char *ember__strdup(const char *s) {
     if (!s)

@@ -15,6 +15,12 @@ void ember__free(void *p);
 /* 64-byte aligned memory (for kernels and host tensor buffers); free with ember__aligned_free. */
 void *ember__aligned_alloc(size_t n);
 void ember__aligned_free(void *p);
+/* Memory of its own mapping for large operands: round_up(n, 4 KiB) bytes of fresh anonymous
+ * memory starting on a 2 MiB boundary, its whole 2 MiB pages advised huge (Linux transparent huge
+ * pages; the tail short of 2 MiB stays on 4 KiB pages). Counted and failure-injected like the
+ * others. Free with ember__map_free(p, n) (the same n). */
+void *ember__map_huge(size_t n);
+void ember__map_free(void *p, size_t n);
 /* Copy of a NUL-terminated string, or NULL. */
 char *ember__strdup(const char *s);
 

@@ -44,8 +44,9 @@ ember_status ember__bufcache_init(ember__bufcache *c, size_t cap, size_t min, in
 
 /* Take entry i out (lock held), keeping the others oldest first; returns its (unpoisoned)
  * buffer. */
-static void *take(ember__bufcache *c, int i) {
+static void *take(ember__bufcache *c, int i, size_t *bytes) {
     void *p = c->e[i].p;
+    *bytes = c->e[i].bytes;
     UNPOISON(c, p, c->e[i].bytes);
     c->held -= c->e[i].bytes;
     memmove(&c->e[i], &c->e[i + 1], (size_t)(c->n - 1 - i) * sizeof c->e[0]);
@@ -57,8 +58,11 @@ void ember__bufcache_trim(ember__bufcache *c) {
     if (!c->ready)
         return;
     pthread_mutex_lock(&c->lock);
-    while (c->n > 0)
-        c->release(take(c, c->n - 1));
+    size_t bytes;
+    while (c->n > 0) {
+        void *p = take(c, c->n - 1, &bytes);
+        c->release(p, bytes);
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -71,6 +75,11 @@ void ember__bufcache_destroy(ember__bufcache *c) {
 }
 
 void *ember__bufcache_get(ember__bufcache *c, size_t bytes) {
+    size_t kept;
+    return ember__bufcache_take(c, bytes, &kept);
+}
+
+void *ember__bufcache_take(ember__bufcache *c, size_t bytes, size_t *kept) {
     if (!c->ready || c->cap == 0 || bytes == 0 || bytes < c->min)
         return NULL;
     void *p = NULL;
@@ -81,7 +90,7 @@ void *ember__bufcache_get(ember__bufcache *c, size_t bytes) {
             (best < 0 || c->e[i].bytes < c->e[best].bytes))
             best = i;
     if (best >= 0) {
-        p = take(c, best);
+        p = take(c, best, kept);
         c->hits++;
     }
     pthread_mutex_unlock(&c->lock);
@@ -93,8 +102,11 @@ int ember__bufcache_put(ember__bufcache *c, void *p, size_t bytes) {
         return 0;
     pthread_mutex_lock(&c->lock);
     /* Make room: the oldest entries (index 0 first) go. */
-    while (c->n > 0 && (c->held + bytes > c->cap || c->n == c->slots))
-        c->release(take(c, 0));
+    while (c->n > 0 && (c->held + bytes > c->cap || c->n == c->slots)) {
+        size_t old;
+        void *q = take(c, 0, &old);
+        c->release(q, old);
+    }
     c->e[c->n].p = p;
     c->e[c->n].bytes = bytes;
     c->n++;

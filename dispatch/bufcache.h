@@ -5,9 +5,10 @@
  * (backends/opencl/cl_backend.c). A backend keeps its freed buffers here, up to `cap` bytes, and
  * the next allocation takes the smallest one that fits and is at most 1/8 larger than asked;
  * the oldest entries are released first to make room. The cache knows buffers only as opaque
- * pointers with a size; `release` frees one for good (on eviction, trim and destroy, under the
- * cache's lock). With `poison` the buffers are host memory, poisoned for AddressSanitizer while
- * they are cached, so that a use after ember_tensor_free still reports. */
+ * pointers with a size; `release` frees one for good, given the size it was kept with (on
+ * eviction, trim and destroy, under the cache's lock). With `poison` the buffers are host memory,
+ * poisoned for AddressSanitizer while they are cached, so that a use after ember_tensor_free still
+ * reports. */
 #ifndef EMBER_DISPATCH_BUFCACHE_H
 #define EMBER_DISPATCH_BUFCACHE_H
 
@@ -18,7 +19,7 @@
 
 #define EMBER__BUFCACHE_SLOTS_MAX 64
 
-typedef void (*ember__bufcache_release_fn)(void *p);
+typedef void (*ember__bufcache_release_fn)(void *p, size_t bytes);
 
 typedef struct ember__bufcache {
     pthread_mutex_t lock;
@@ -45,6 +46,8 @@ void ember__bufcache_destroy(ember__bufcache *c);
 void ember__bufcache_trim(ember__bufcache *c);
 /* A cached buffer of at least `bytes` (at most 1/8 more), taken out of the cache, or NULL. */
 void *ember__bufcache_get(ember__bufcache *c, size_t bytes);
+/* The same, with the size it was kept with in *kept (when a buffer is returned). */
+void *ember__bufcache_take(ember__bufcache *c, size_t bytes, size_t *kept);
 /* Keep p, a buffer of `bytes`; 0 when the cache declines it (the caller releases it). */
 int ember__bufcache_put(ember__bufcache *c, void *p, size_t bytes);
 

@@ -1356,8 +1356,40 @@ static void test_task_runs(void) {
     }
 }
 
-/* Packed values of 4 MiB or more start on a 2 MiB boundary inside their allocation (so that
- * their 2 MiB pages can be huge); smaller ones are their allocation. The products stay exact. */
+typedef struct s8_src {
+    const int8_t *b;
+    int64_t ldb;
+} s8_src;
+
+/* the packer's row callback over a plain row-major int8 B */
+static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
+    const s8_src *s = src;
+    memcpy(dst, s->b + kk * s->ldb + j0, (size_t)nj);
+}
+
+/* m x k int8 A against the packed p (from B [k, n], plain row-major): the int32 products equal the
+ * scalar sums, cell for cell. */
+static int pack_exact(ember__cpu_state *s, const ember__qpack *p, int64_t m, const int8_t *A,
+                      const int8_t *B) {
+    const int64_t k = p->k, n = p->n;
+    int32_t *C = malloc((size_t)(m * n) * 4);
+    CU_ASSERT_FATAL(C != NULL);
+    TU_OK(ember__qgemm_s32(s, ember__qtier_select(NULL), m, A, k, p, C, n));
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int32_t want = 0;
+            for (int64_t q = 0; q < k; q++)
+                want += (int32_t)A[i * k + q] * (int32_t)B[q * n + j];
+            bad += want != C[i * n + j];
+        }
+    free(C);
+    return bad == 0;
+}
+
+/* Packed values of 4 MiB or more take a region of their own, on a 2 MiB boundary (so that their
+ * 2 MiB pages can be huge), given back to the context that packed them (or unmapped, without
+ * one); smaller ones are 64-byte aligned heap memory. The products stay exact. */
 static void test_pack_placement(void) {
     const size_t huge = (size_t)2 << 20;
     ember_context *ctx;
@@ -1369,40 +1401,139 @@ static void test_pack_placement(void) {
         int placed;
     } cases[] = {{2048, 2048, 8, 1}, {4096, 4096, 4, 1}, {1000, 2000, 8, 0}, {2048, 2048, 4, 0}};
     const int64_t m = 2;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int64_t k = cases[c].k, n = cases[c].n;
-        int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
-        int32_t *C = malloc((size_t)(m * n) * 4);
-        CU_ASSERT_FATAL(A && B && C);
-        rand_i8(A, (size_t)(m * k), -128, 127);
-        rand_i8(B, (size_t)(k * n), cases[c].bits == 8 ? -128 : -8, cases[c].bits == 8 ? 127 : 7);
-        ember__qpack p;
-        TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, cases[c].bits, B, NULL));
-        const uint8_t *mem = p.b_mem;
-        if (cases[c].placed) {
-            CU_ASSERT_EQUAL((uintptr_t)p.b % huge, 0);
-            CU_ASSERT(p.b >= mem && p.b < mem + huge);
-        } else {
-            CU_ASSERT_PTR_EQUAL(p.b, mem);
-        }
-        TU_OK(ember__qgemm_s32(s, ember__qtier_select(NULL), m, A, k, &p, C, n));
-        int bad = 0;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) {
-                int32_t want = 0;
-                for (int64_t q = 0; q < k; q++)
-                    want += (int32_t)A[i * k + q] * (int32_t)B[q * n + j];
-                bad += want != C[i * n + j];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int with_state = 0; with_state < 2; with_state++) {
+            const int64_t k = cases[c].k, n = cases[c].n;
+            const int bits = cases[c].bits;
+            int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
+            CU_ASSERT_FATAL(A && B);
+            rand_i8(A, (size_t)(m * k), -128, 127);
+            rand_i8(B, (size_t)(k * n), bits == 8 ? -128 : -8, bits == 8 ? 127 : 7);
+            TU_OK(ember_context_trim(ctx)); /* no cached region, no scratch */
+            const long live0 = ember__alloc_live();
+            ember__qpack p;
+            s8_src src = {B, n};
+            TU_OK(ember__qpack_b_mt(with_state ? s : NULL, &p, k, n, 0, bits, s8_row, &src, NULL));
+            const size_t vbytes = (size_t)p.kp * (size_t)p.np / (bits == 8 ? 1 : 2);
+            if (cases[c].placed) {
+                CU_ASSERT_EQUAL((uintptr_t)p.b % huge, 0);
+                CU_ASSERT_EQUAL(p.b_map, vbytes);
+                CU_ASSERT_PTR_EQUAL(p.b_owner, with_state ? s : NULL);
+            } else {
+                CU_ASSERT_EQUAL((uintptr_t)p.b % 64, 0);
+                CU_ASSERT_EQUAL(p.b_map, 0);
             }
-        CU_ASSERT_EQUAL(bad, 0);
-        ember__qpack_free(&p);
-        CU_ASSERT_PTR_NULL(p.b);
-        CU_ASSERT_PTR_NULL(p.b_mem);
-        free(A);
-        free(B);
-        free(C);
-    }
+            CU_ASSERT(pack_exact(s, &p, m, A, B));
+            ember__qpack_free(&p);
+            CU_ASSERT_PTR_NULL(p.b);
+            CU_ASSERT_EQUAL(p.b_map, 0);
+            /* a region goes back to its context's cache; without a context it is unmapped */
+            CU_ASSERT_EQUAL(s->packs.n, cases[c].placed && with_state);
+            TU_OK(ember_context_trim(ctx));
+            CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+            free(A);
+            free(B);
+        }
     ember_context_destroy(ctx);
+}
+
+/* The context's cache of freed pack regions: a pack of the same size takes the region back (the
+ * same address, every byte rewritten: exact products), a size more than 1/8 away maps its own,
+ * ember_context_trim unmaps them, a context without a cache (cpu_buffer_cache_mib 0) unmaps at
+ * once, an allocation failure at any point leaves no pack and no leak, and a weight tensor's
+ * pack goes back to the cache when the tensor is freed. */
+static void test_pack_regions(void) {
+    const int64_t k = 2048, n = 2048, m = 3; /* 4 MiB of 8-bit values */
+    int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
+    CU_ASSERT_FATAL(A && B);
+    rand_i8(A, (size_t)(m * k), -128, 127);
+    rand_i8(B, (size_t)(k * n), -128, 127);
+    s8_src src = {B, n};
+    for (int cap = 0; cap < 2; cap++) {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.cpu_buffer_cache_mib = cap ? -1 : 0;
+        ember_context *ctx = NULL;
+        TU_OK(ember_context_create(&o, &ctx));
+        ember__cpu_state *s = ember__cpu_state_of(ctx);
+        const long live0 = ember__alloc_live();
+        ember__qpack p, q;
+        TU_OK(ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL));
+        uint8_t *first = p.b;
+        memset(first, 0xa5, p.b_map); /* the next pack must rewrite every byte */
+        ember__qpack_free(&p);
+        CU_ASSERT_EQUAL(s->packs.n, cap);
+        const long hits0 = s->packs.hits;
+        TU_OK(ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL));
+        CU_ASSERT_EQUAL(s->packs.hits, hits0 + cap);
+        if (cap)
+            CU_ASSERT_PTR_EQUAL(p.b, first);
+        CU_ASSERT(pack_exact(s, &p, m, A, B));
+        /* 4 MiB kept, 8 MiB asked: more than 1/8 larger, a region of its own */
+        int8_t *B2 = malloc((size_t)(k * 2 * n));
+        CU_ASSERT_FATAL(B2 != NULL);
+        rand_i8(B2, (size_t)(k * 2 * n), -128, 127);
+        ember__qpack_free(&p);
+        s8_src src2 = {B2, 2 * n};
+        TU_OK(ember__qpack_b_mt(s, &q, k, 2 * n, 0, 8, s8_row, &src2, NULL));
+        CU_ASSERT_EQUAL(q.b_map, (size_t)(k * 2 * n));
+        CU_ASSERT_EQUAL(s->packs.n, cap);
+        CU_ASSERT(pack_exact(s, &q, m, A, B2));
+        ember__qpack_free(&q);
+        free(B2);
+        CU_ASSERT_EQUAL(s->packs.n, 2 * cap);
+        CU_ASSERT_EQUAL(s->packs.held, cap ? (size_t)(k * n * 3) : 0);
+        TU_OK(ember_context_trim(ctx));
+        CU_ASSERT_EQUAL(s->packs.n, 0);
+        CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+        /* every allocation of a pack failing in turn: OUT_OF_MEMORY, no pack, nothing left */
+        int failed = 0;
+        for (long f = 1; f < 64; f++) {
+            ember__alloc_fail_at(f);
+            ember_status st = ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL);
+            ember__alloc_fail_at(0);
+            if (st == EMBER_OK) {
+                ember__qpack_free(&p);
+                break;
+            }
+            failed++;
+            CU_ASSERT_EQUAL(st, EMBER_ERR_OUT_OF_MEMORY);
+            CU_ASSERT_PTR_NULL(p.b);
+            TU_OK(ember_context_trim(ctx)); /* a region mapped before the failure is cached */
+            CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+        }
+        CU_ASSERT(failed >= 2); /* the region and the scales */
+        TU_OK(ember_context_trim(ctx));
+        CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+        /* through the API: a weight tensor with K blocks (so that even one row packs it) keeps
+         * its pack in a region until it is freed */
+        float *xf = malloc((size_t)k * 4), *wf = malloc((size_t)(k * n) * 4);
+        CU_ASSERT_FATAL(xf && wf);
+        uint64_t seed = tu_seed();
+        tu_rand_f32(&seed, xf, (size_t)k, -1.0f, 1.0f);
+        tu_rand_f32(&seed, wf, (size_t)(k * n), -1.0f, 1.0f);
+        ember_tensor *tx = NULL, *tw = NULL, *qx = NULL, *qw = NULL, *y = NULL;
+        ember_qscheme sx = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+        ember_qscheme sw =
+            ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){32, 1});
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){1, k}, xf, &tx));
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){k, n}, wf, &tw));
+        TU_OK(ember_quantize(tx, &sx, &qx));
+        TU_OK(ember_quantize(tw, &sw, &qw));
+        TU_OK(ember_q_matmul(qx, qw, &y));
+        CU_ASSERT_EQUAL(s->packs.n, 0);
+        ember_tensor_free(qw);
+        CU_ASSERT_EQUAL(s->packs.n, cap);
+        ember_tensor_free(y);
+        ember_tensor_free(qx);
+        ember_tensor_free(tx);
+        ember_tensor_free(tw);
+        free(xf);
+        free(wf);
+        ember_context_destroy(ctx);
+    }
+    free(A);
+    free(B);
 }
 
 /* The context's scratch region: 64-byte aligned below EMBER__SCRATCH_HUGE, on a 2 MiB boundary
@@ -1601,7 +1732,8 @@ int main(void) {
         {"more than 64 pool threads", test_many_threads},
         {"row-block runs: every task once, any schedule", test_task_runs},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
-        {"packed values from 4 MiB on a 2 MiB boundary, exact", test_pack_placement},
+        {"packed values from 4 MiB in 2 MiB-aligned regions, exact", test_pack_placement},
+        {"pack regions: recycled per context, trimmed, failure, tensor free", test_pack_regions},
         {"scratch region: alignment, reuse, growth, failure, trim", test_scratch_region},
         {"q_matmul after ember_context_trim: same bytes", test_trim_between_calls},
         {"ember_context_trim while q_matmul runs on another thread", test_trim_while_running},

@@ -25,7 +25,18 @@ typedef struct ember__cpu_state {
     char int8_path[48];    /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
     void *kernels;         /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
     ember__bufcache cache; /* freed tensor buffers kept for reuse */
+    ember__bufcache packs; /* freed regions of large packed operands kept for reuse */
 } ember__cpu_state;
+
+/* Memory for the values of a large packed operand (from EMBER__CPU_REGION_MIN): a mapping of its
+ * own, 2 MiB-aligned and advised huge (ember__map_huge), taken from the context's cache of freed
+ * regions when one fits (s->packs; the same cap as the buffer cache), else mapped fresh. *len gets
+ * the region's size, to give back with ember__cpu_region_put. s may be NULL (no cache). NULL when
+ * no memory can be had. */
+#define EMBER__CPU_REGION_MIN ((size_t)4 << 20)
+void *ember__cpu_region_get(ember__cpu_state *s, size_t bytes, size_t *len);
+/* A region back to the context's cache, or unmapped when the cache declines it (or s is NULL). */
+void ember__cpu_region_put(ember__cpu_state *s, void *p, size_t len);
 
 /* Run fn(arg, task, thread) for task in [0, n_tasks) on the context's CPU threads (thread in
  * [0, num_threads)); returns when all are done. Tasks are handed out dynamically. The calling

@@ -10,7 +10,6 @@
 #define EMBER__X86 1
 #endif
 #if defined(__linux__)
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -121,69 +120,31 @@ ember__qtier ember__qtier_select(const char *cap) {
 
 static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
 
-/* Ask Linux for transparent huge pages on a packed operand of 4 MiB or more (where the system
- * leaves them to madvise): the kernels stream it panel by panel, one TLB entry per 2 MiB instead
- * of per 4 KiB. A hint: ignored where unsupported, and a failure changes nothing. Measured (2
- * threads, two packs of the same B in one process, alternated, medians of 11-15, 48 MiB written
- * between calls): 128 x 4096^2 3140 / 3120 -> 3247 / 3289 GOPS, 32 x 4096^2 1295 / 1253 -> 1322 /
- * 1324, 8 x 4096^2 352 / 364 -> 382 / 369; 2048^3 and 4096^3 within 1%. */
-void ember__advise_huge(void *buf, size_t bytes) {
-    if (bytes >= ((size_t)4 << 20))
-        ember__advise_huge_at(buf, bytes);
-}
-
-void ember__advise_huge_at(void *buf, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    const uintptr_t a0 = ((uintptr_t)buf + 4095) & ~(uintptr_t)4095;
-    const uintptr_t a1 = ((uintptr_t)buf + bytes) & ~(uintptr_t)4095;
-    if (a1 > a0)
-        (void)madvise((void *)a0, (size_t)(a1 - a0), MADV_HUGEPAGE);
-#else
-    (void)buf;
-    (void)bytes;
-#endif
-}
 static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-void *ember__alloc_on_huge_pages(size_t bytes, int whole_pages, void **mem) {
-    const size_t huge = (size_t)2 << 20;
-    size_t span, total;
-    if (!ember__add_size(bytes, whole_pages ? huge - 1 : 0, &span) ||
-        !ember__add_size(whole_pages ? span & ~(huge - 1) : span, huge, &total))
-        return *mem = ember__aligned_alloc(bytes);
-    if (whole_pages)
-        span &= ~(huge - 1);
-    uint8_t *m = *mem = ember__aligned_alloc(total);
-    if (!m)
-        return NULL;
-    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
-    ember__advise_huge_at(a, span & ~(huge - 1));
-    return a;
-}
-
-/* A pack's values (vbytes) into p->b, its allocation in p->b_mem (both NULL when none can be had).
- * From 4 MiB the values start on a 2 MiB boundary inside an allocation 2 MiB larger, and their
- * whole 2 MiB pages are advised huge: without the offset the advice covers only the pages that
- * happen to lie wholly inside the allocation (an 8 MiB pack had 4-6 MiB on huge pages, less when
- * glibc served it from heap pages already in use). The 4-bit decode row depends on it most: its
- * pack without the advice read 12% slower (Q8 6%). A 2 MiB-aligned allocation would do the same
- * but makes glibc map (and fault) fresh memory on every first call that packs: 512 x 4096^2
- * first calls -53%; this layout keeps glibc's reuse. bench_qgemm, full tables, 2 threads, the
- * build before and this one as two binaries alternated, seven pairs (three and four, each order
- * first): Q4 / Q8 at M = 1 1.93 / 2.00 / 1.88 / 1.72 / 2.03 / 1.89 / 1.93 against 1.74 / 1.48 /
- * 1.40 / 1.57 / 1.53 / 1.39 / 1.32; e_q8 medians at 2048^3 5381 against 5327 GOPS, at 4096^3 5343
- * against 5219; first calls at 512 x 4096^2 3020 against 3117 (two runs of this build read ~2450,
- * in rounds where its cached row read low too). Through a switch in one build, eleven pairs, the
- * same: Q4 / Q8 1.51-2.13 (8 of 11 at 1.7 or more) against 1.19-1.75 (1 of 11), 2048^3 and
- * 4096^3 -3%. But ten full tables of this build later read 1.12-1.26 in eight of them: the advice
- * does not turn heap pages already in use (touched by other buffers first) into huge ones, so in
- * a long-lived process where a pack lands still decides. The trailing part of the last 2 MiB is
- * left on small pages: the memory in use does not grow, only the address range (2 MiB a pack). */
-static void pack_values_alloc(ember__qpack *p, size_t vbytes) {
-    if (vbytes < ((size_t)4 << 20))
-        p->b = p->b_mem = ember__aligned_alloc(vbytes);
-    else
-        p->b = ember__alloc_on_huge_pages(vbytes, 0, &p->b_mem);
+/* A pack's values (vbytes) into p->b (NULL when none can be had). From 4 MiB they take a region
+ * of their own (ember__cpu_region_get: 2 MiB-aligned, advised huge, recycled through the
+ * context's cache of freed regions), p->b_map its size and p->b_owner the state to give it back
+ * to; below, 64-byte aligned heap memory (p->b_map 0).
+ *
+ * Why: the kernels stream a pack panel by panel, one TLB entry per 2 MiB instead of per 4 KiB.
+ * Advised huge (2 threads, two packs of the same B in one process, alternated, medians of 11-15,
+ * 48 MiB written between calls): 128 x 4096^2 3140 / 3120 -> 3247 / 3289 GOPS, 32 x 4096^2 1295 /
+ * 1253 -> 1322 / 1324, 8 x 4096^2 352 / 364 -> 382 / 369; 2048^3 and 4096^3 within 1%. The 4-bit
+ * decode row reads 12% slower off huge pages (the 8-bit one 6%), and a pack from
+ * glibc's heap lands on pages other buffers touched first, which the advice does not make huge.
+ * Before this, the values were placed on a 2 MiB boundary inside a heap allocation 2 MiB larger:
+ * in seven full tables Q4 / Q8 at M = 1 read 1.72-2.03, but in ten later ones 1.12-1.26 in eight,
+ * as the heap's state decided (bench/results/cpu.md, twelfth session). A plain 2 MiB-aligned heap
+ * allocation had cost first calls up to 53%: glibc then mapped and faulted fresh memory on every
+ * call that packs; the cache of freed regions keeps that reuse. */
+static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t vbytes) {
+    if (vbytes < EMBER__CPU_REGION_MIN) {
+        p->b = ember__aligned_alloc(vbytes);
+        return;
+    }
+    p->b = ember__cpu_region_get(s, vbytes, &p->b_map);
+    p->b_owner = s;
 }
 
 typedef struct pack_b_arg {
@@ -349,7 +310,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
             sb16 = 0;
     }
     p->sb16 = sb16;
-    pack_values_alloc(p, vbytes);
+    pack_values_alloc(s, p, vbytes);
     p->sb = ember__aligned_alloc(nsc * (sb16 ? 2 : 4));
     if (!p->b || !p->sb) {
         ember__qpack_free(p);
@@ -405,9 +366,14 @@ ember_status ember__qpack_b_s8(ember__qpack *p, int64_t k, int64_t n, int64_t ld
 void ember__qpack_free(ember__qpack *p) {
     if (!p)
         return;
-    ember__aligned_free(p->b_mem);
+    if (p->b_map)
+        ember__cpu_region_put(p->b_owner, p->b, p->b_map);
+    else
+        ember__aligned_free(p->b);
     ember__aligned_free(p->sb);
-    p->b = p->b_mem = NULL;
+    p->b = NULL;
+    p->b_map = 0;
+    p->b_owner = NULL;
     p->sb = NULL;
 }
 

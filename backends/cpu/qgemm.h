@@ -62,9 +62,10 @@ typedef struct ember__qpack {
     int bits;       /* 8 or 4 */
     int bias;       /* 128 (8-bit) or 8 (4-bit) */
     int sb16;       /* scales stored as f16 */
-    uint8_t *b;     /* values, 64-byte aligned (from 4 MiB: 2 MiB-aligned, inside b_mem) */
+    uint8_t *b;     /* values, 64-byte aligned (from 4 MiB: a 2 MiB-aligned region of their own) */
     void *sb;       /* [nch][np] scales (f32 or f16) */
-    void *b_mem;    /* the allocation that holds b */
+    size_t b_map;   /* b's region size (ember__cpu_region_get), 0: b is heap memory */
+    ember__cpu_state *b_owner; /* the state whose region cache b goes back to (or NULL) */
 } ember__qpack;
 
 /* The packer reads B through this callback: values of row kk, columns [j0, j0 + nj), as int8
@@ -173,17 +174,6 @@ typedef struct ember__qjob {
     int pfw;           /* C is written with ordinary stores: a kernel may fetch its lines for
                           writing ahead of the epilogue */
 } ember__qjob;
-
-/* Advise Linux to back [buf, buf + bytes) with transparent huge pages when it is 4 MiB or more
- * (packed operands; bench_qgemm's bandwidth probes, so that they read the pages the packs get) */
-void ember__advise_huge(void *buf, size_t bytes);
-/* The same advice whatever the size (the whole 4 KiB pages inside the range) */
-void ember__advise_huge_at(void *buf, size_t bytes);
-/* `bytes` starting on a 2 MiB boundary inside an allocation 2 MiB larger (put in *mem, for
- * ember__aligned_free), its whole 2 MiB pages advised huge; with whole_pages the last, partial
- * 2 MiB page too (the allocation then covers it). NULL when none can be had. The scratch region
- * (threadpool.c) and the packs' values (qgemm.c, pack_values_alloc) take their memory here. */
-void *ember__alloc_on_huge_pages(size_t bytes, int whole_pages, void **mem);
 
 /* AMX per-thread int32 sums of a whole task: up to 512 rows x 256 columns (the driver's tasks). */
 #define EMBER__AMX_ACC_BYTES ((size_t)512 * 256 * 4)

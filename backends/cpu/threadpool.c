@@ -13,6 +13,7 @@
  * correct. Without a pool (start failed or one thread) every call runs inline. */
 #include <sched.h>
 #include <stdatomic.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu_backend.h"
@@ -313,10 +314,28 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
  * binaries, alternated (13 and 13 at 4096^3, 8 and 8 elsewhere): 4096^3 4689 -> 4838, 512 x
  * 4096^2 and 2048^3 level. A 1.5 MiB region (128 x 4096^2) on huge pages read level or lower,
  * hence the threshold. */
+static void advise_huge(void *buf, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: a failure changes nothing */
+#else
+    (void)buf;
+    (void)bytes;
+#endif
+}
+
 static void *scratch_alloc(size_t bytes, void **mem) {
-    if (bytes < EMBER__SCRATCH_HUGE)
+    const size_t huge = (size_t)2 << 20;
+    size_t span, total;
+    if (bytes < EMBER__SCRATCH_HUGE || !ember__add_size(bytes, huge - 1, &span) ||
+        !ember__add_size(span & ~(huge - 1), huge, &total))
         return *mem = ember__aligned_alloc(bytes);
-    return ember__alloc_on_huge_pages(bytes, 1, mem);
+    span &= ~(huge - 1); /* whole 2 MiB pages, the last partial one included */
+    uint8_t *m = *mem = ember__aligned_alloc(total);
+    if (!m)
+        return NULL;
+    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
+    advise_huge(a, span);
+    return a;
 }
 
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {

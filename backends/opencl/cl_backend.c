@@ -131,7 +131,8 @@ static void device_facts(ember__cl_device *d) {
 }
 
 /* A cached ember__cl_buf released for good (the buffer cache's release function). */
-static void cl_buf_release(void *p) {
+static void cl_buf_release(void *p, size_t bytes) {
+    (void)bytes;
     ember__cl_buf *b = p;
     if (b->mem)
         clReleaseMemObject(b->mem);
@@ -410,7 +411,7 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
 static void cl_buffer_free(void *state, int dev, void *buf) {
     ember__cl_buf *b = buf;
     if (b && !ember__bufcache_put(&((ember__cl_state *)state)->dev[dev].bcache, b, b->cap))
-        cl_buf_release(b);
+        cl_buf_release(b, 0);
 }
 
 static void cl_trim(void *state) {

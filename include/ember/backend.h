@@ -50,7 +50,9 @@ typedef struct ember_options {
     /* appended. CPU: freed tensor buffers of 256 KiB or more are kept, up to this many MiB, and
      * handed to later allocations that fit, so that ops writing large outputs do not pay the page
      * faults of fresh memory on every call. -1 (default): EMBER_CPU_BUFFER_CACHE_MIB, else 512 MiB
-     * or 1/8 of physical memory when that is less; 0: off. ember_context_trim() empties it. */
+     * or 1/8 of physical memory when that is less; 0: off. ember_context_trim() empties it. The
+     * mappings of freed packed weights of 4 MiB or more (ember_q_matmul) are kept the same way,
+     * under a second cap of the same size. */
     long long cpu_buffer_cache_mib;
     /* appended. OpenCL: the same for device buffers, per device (freed buffers of any size are
      * reused in the device's in-order queue, which avoids a driver allocation and release per op).
