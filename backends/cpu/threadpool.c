@@ -302,6 +302,15 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
     pthread_mutex_unlock(&p->busy);
 }
 
+static void advise_huge(void *buf, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: a failure changes nothing */
+#else
+    (void)buf;
+    (void)bytes;
+#endif
+}
+
 /* A scratch region of `bytes` (its allocation in *mem; NULL when none can be had). From
  * EMBER__SCRATCH_HUGE on it starts on a 2 MiB boundary and its 2 MiB pages are advised huge, so
  * that the packed A that fills most of it (and the tasks' sums) take one TLB entry per 2 MiB: the
@@ -314,15 +323,6 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
  * binaries, alternated (13 and 13 at 4096^3, 8 and 8 elsewhere): 4096^3 4689 -> 4838, 512 x
  * 4096^2 and 2048^3 level. A 1.5 MiB region (128 x 4096^2) on huge pages read level or lower,
  * hence the threshold. */
-static void advise_huge(void *buf, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    (void)madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: a failure changes nothing */
-#else
-    (void)buf;
-    (void)bytes;
-#endif
-}
-
 static void *scratch_alloc(size_t bytes, void **mem) {
     const size_t huge = (size_t)2 << 20;
     size_t span, total;
