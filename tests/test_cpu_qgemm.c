@@ -57,7 +57,7 @@ static void test_exact_int32(void) {
                         else
                             rand_i8(B, (size_t)(k * n), -8, 7);
                         ember__qpack p;
-                        TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, bits, B, NULL));
+                        TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, 0, bits, B, NULL));
                         TU_OK(ember__qgemm_s32(s, (ember__qtier)t, m, A, lda, &p, C, n));
                         int bad = 0;
                         for (int64_t i = 0; i < m && !bad; i++)
@@ -99,7 +99,7 @@ static void test_extremes(void) {
     for (int64_t i = 0; i < k * n; i++)
         B[i] = (i % 5) ? -128 : 127;
     ember__qpack p;
-    TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, 8, B, NULL));
+    TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, 0, 8, B, NULL));
     for (int t = 0; t < EMBER__QT_COUNT; t++) {
         if (!ember__qtier_available((ember__qtier)t))
             continue;
@@ -145,7 +145,7 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
         for (int64_t i = 0; i < nch * n; i++)
             sb[i] = ember__f16_to_f32(ember__f32_to_f16(sb[i]));
     ember__qpack p;
-    TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, B, sb));
+    TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, kc, bits, B, sb));
     CU_ASSERT_EQUAL(p.nch, nch);
     if (nch > 1)
         CU_ASSERT_EQUAL(p.sb16, f16_scales);
@@ -301,7 +301,7 @@ static void test_float_path_exact(void) {
             }
             const int32_t *rf = bits == 4 ? ref4 : ref;
             ember__qpack p;
-            TU_OK(ember__qpack_b_s8(&p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
+            TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, kc, bits, bits == 4 ? B4 : B, NULL));
             for (int t = 0; t < EMBER__QT_COUNT; t++) {
                 if (!ember__qtier_available((ember__qtier)t))
                     continue;
@@ -349,7 +349,7 @@ static void test_float_panels_streamed(void) {
     rand_i8(A, (size_t)(m * lda), -40, 40);
     rand_i8(B, (size_t)(k * n), -40, 40); /* |sum| <= 1100 * 1600 < 2^24 */
     ember__qpack p;
-    TU_OK(ember__qpack_b_s8(&p, k, n, n, 0, 8, B, NULL));
+    TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, 0, 8, B, NULL));
     for (int t = EMBER__QT_AVX2; t < EMBER__QT_COUNT; t++) {
         if (!ember__qtier_available((ember__qtier)t))
             continue;
@@ -1356,17 +1356,6 @@ static void test_task_runs(void) {
     }
 }
 
-typedef struct s8_src {
-    const int8_t *b;
-    int64_t ldb;
-} s8_src;
-
-/* the packer's row callback over a plain row-major int8 B */
-static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
-    const s8_src *s = src;
-    memcpy(dst, s->b + kk * s->ldb + j0, (size_t)nj);
-}
-
 /* m x k int8 A against the packed p (from B [k, n], plain row-major): the int32 products equal the
  * scalar sums, cell for cell. */
 static int pack_exact(ember__cpu_state *s, const ember__qpack *p, int64_t m, const int8_t *A,
@@ -1412,8 +1401,7 @@ static void test_pack_placement(void) {
             TU_OK(ember_context_trim(ctx)); /* no cached region, no scratch */
             const long live0 = ember__alloc_live();
             ember__qpack p;
-            s8_src src = {B, n};
-            TU_OK(ember__qpack_b_mt(with_state ? s : NULL, &p, k, n, 0, bits, s8_row, &src, NULL));
+            TU_OK(ember__qpack_b_s8(with_state ? s : NULL, &p, k, n, n, 0, bits, B, NULL));
             const size_t vbytes = (size_t)p.kp * (size_t)p.np / (bits == 8 ? 1 : 2);
             if (cases[c].placed) {
                 CU_ASSERT_EQUAL((uintptr_t)p.b % huge, 0);
@@ -1448,7 +1436,6 @@ static void test_pack_regions(void) {
     CU_ASSERT_FATAL(A && B);
     rand_i8(A, (size_t)(m * k), -128, 127);
     rand_i8(B, (size_t)(k * n), -128, 127);
-    s8_src src = {B, n};
     for (int cap = 0; cap < 2; cap++) {
         ember_options o = ember_options_default();
         o.enable_opencl = 0;
@@ -1458,13 +1445,13 @@ static void test_pack_regions(void) {
         ember__cpu_state *s = ember__cpu_state_of(ctx);
         const long live0 = ember__alloc_live();
         ember__qpack p, q;
-        TU_OK(ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL));
+        TU_OK(ember__qpack_b_s8(s, &p, k, n, n, 0, 8, B, NULL));
         uint8_t *first = p.b;
         memset(first, 0xa5, p.b_map); /* the next pack must rewrite every byte */
         ember__qpack_free(&p);
         CU_ASSERT_EQUAL(s->packs.n, cap);
         const long hits0 = s->packs.hits;
-        TU_OK(ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL));
+        TU_OK(ember__qpack_b_s8(s, &p, k, n, n, 0, 8, B, NULL));
         CU_ASSERT_EQUAL(s->packs.hits, hits0 + cap);
         if (cap)
             CU_ASSERT_PTR_EQUAL(p.b, first);
@@ -1474,8 +1461,7 @@ static void test_pack_regions(void) {
         CU_ASSERT_FATAL(B2 != NULL);
         rand_i8(B2, (size_t)(k * 2 * n), -128, 127);
         ember__qpack_free(&p);
-        s8_src src2 = {B2, 2 * n};
-        TU_OK(ember__qpack_b_mt(s, &q, k, 2 * n, 0, 8, s8_row, &src2, NULL));
+        TU_OK(ember__qpack_b_s8(s, &q, k, 2 * n, 2 * n, 0, 8, B2, NULL));
         CU_ASSERT_EQUAL(q.b_map, (size_t)(k * 2 * n));
         CU_ASSERT_EQUAL(s->packs.n, cap);
         CU_ASSERT(pack_exact(s, &q, m, A, B2));
@@ -1490,7 +1476,7 @@ static void test_pack_regions(void) {
         int failed = 0;
         for (long f = 1; f < 64; f++) {
             ember__alloc_fail_at(f);
-            ember_status st = ember__qpack_b_mt(s, &p, k, n, 0, 8, s8_row, &src, NULL);
+            ember_status st = ember__qpack_b_s8(s, &p, k, n, n, 0, 8, B, NULL);
             ember__alloc_fail_at(0);
             if (st == EMBER_OK) {
                 ember__qpack_free(&p);

@@ -355,12 +355,13 @@ static void s8_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *
     memcpy(dst, s->b + kk * s->ldb + j0, (size_t)nj);
 }
 
-ember_status ember__qpack_b_s8(ember__qpack *p, int64_t k, int64_t n, int64_t ldb, int64_t kc,
-                               int bits, const int8_t *B, const float *scales) {
+ember_status ember__qpack_b_s8(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                               int64_t ldb, int64_t kc, int bits, const int8_t *B,
+                               const float *scales) {
     if (bits == 8)
-        return ember__qpack_b_plain(NULL, p, k, n, ldb, kc, B, scales);
-    s8_src s = {B, ldb};
-    return ember__qpack_b(p, k, n, kc, bits, s8_row, &s, scales);
+        return ember__qpack_b_plain(s, p, k, n, ldb, kc, B, scales);
+    s8_src src = {B, ldb};
+    return ember__qpack_b_mt(s, p, k, n, kc, bits, s8_row, &src, scales);
 }
 
 void ember__qpack_free(ember__qpack *p) {

@@ -84,9 +84,11 @@ ember_status ember__qpack_b_plain(ember__cpu_state *s, ember__qpack *p, int64_t 
 ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
                                const float *scales);
-/* Convenience: pack a plain int8 row-major B [k, n] with leading dimension ldb. */
-ember_status ember__qpack_b_s8(ember__qpack *p, int64_t k, int64_t n, int64_t ldb, int64_t kc,
-                               int bits, const int8_t *B, const float *scales);
+/* Convenience: pack a plain int8 row-major B [k, n] with leading dimension ldb, on the context's
+ * threads and into its region cache (s may be NULL). */
+ember_status ember__qpack_b_s8(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                               int64_t ldb, int64_t kc, int bits, const int8_t *B,
+                               const float *scales);
 void ember__qpack_free(ember__qpack *p);
 size_t ember__qpack_bytes(const ember__qpack *p);
 
