@@ -209,8 +209,9 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
 ember_status ember__cpu_pool_start(ember__cpu_state *s);
 void ember__cpu_pool_stop(ember__cpu_state *s);
 /* The context's reusable scratch region of at least `bytes` (64-byte aligned; from
- * EMBER__SCRATCH_HUGE bytes 2 MiB-aligned on transparent huge pages, threadpool.c), held until
- * ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then allocate). */
+ * EMBER__SCRATCH_HUGE bytes a 2 MiB-aligned mapping on transparent huge pages, threadpool.c), held
+ * until ember__cpu_scratch_put; NULL when it is in use by another call or cannot grow (then
+ * allocate). */
 #define EMBER__SCRATCH_HUGE ((size_t)2 << 20)
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_scratch_put(ember__cpu_state *s);

@@ -13,7 +13,6 @@
  * correct. Without a pool (start failed or one thread) every call runs inline. */
 #include <sched.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu_backend.h"
@@ -52,15 +51,16 @@ struct pool {
      * large allocations are mmap'd and page-faulted on every call, which costs more than a small
      * matmul itself */
     pthread_mutex_t scratch_mu;
-    void *scratch;     /* the region handed out (inside scratch_mem) */
-    void *scratch_mem; /* its allocation */
-    size_t scratch_bytes;
-    uint64_t spin_ns;          /* an idle worker polls this long before it sleeps */
-    atomic_llong sleeps;       /* times a worker went to sleep (tests read it) */
-    atomic_uint gen;           /* bumped per job (wakes the workers) */
-    atomic_int active;         /* workers inside the current job */
+    void *scratch;        /* the region (a mapping of its own from EMBER__SCRATCH_HUGE bytes) */
+    size_t scratch_bytes; /* its size as asked (0: none) */
+    uint64_t spin_ns;     /* an idle worker polls this long before it sleeps */
+    atomic_llong sleeps;  /* times a worker went to sleep (tests read it) */
+    atomic_uint gen;      /* bumped per job (wakes the workers) */
+    atomic_int active;    /* workers inside the current job */
     _Atomic(struct job *) job; /* the open job, NULL between jobs */
 };
+
+static void scratch_free(pool *p); /* below, beside the scratch region's allocation */
 
 typedef struct job {
     ember__task_fn fn;
@@ -264,7 +264,7 @@ void ember__cpu_pool_stop(ember__cpu_state *s) {
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->scratch_mu);
-    ember__aligned_free(p->scratch_mem);
+    scratch_free(p);
     pthread_mutex_destroy(&p->busy);
     ember__free(p);
     s->kernels = NULL;
@@ -302,40 +302,40 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
     pthread_mutex_unlock(&p->busy);
 }
 
-static void advise_huge(void *buf, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    (void)madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: a failure changes nothing */
-#else
-    (void)buf;
-    (void)bytes;
-#endif
+/* A scratch region of `bytes`: below EMBER__SCRATCH_HUGE 64-byte aligned heap memory; from there a
+ * mapping of its own (ember__map_huge) of whole 2 MiB pages, 2 MiB-aligned and advised huge, so
+ * that the packed A that fills most of it (and the tasks' sums) take one TLB entry per 2 MiB: the
+ * tile loads of a task walk up to 1 MiB of packed A once per 32-column panel. The memory in use
+ * rounds up to whole 2 MiB pages. Measured with the region placed on a 2 MiB boundary inside a
+ * heap allocation (bench_qgemm --shape, 2 threads, e_q8 GOPS medians): through an environment
+ * switch in one build (three sets of 4-5 alternations, orders rotated) 4096^3 4779 -> 4996, 4624
+ * -> 4859, 4801 -> 4911; 512 x 4096^2 3712 -> 3998; 2048^3 4716 -> 4871, 4985 -> 4974; 1024^3
+ * level. Then the build before and that one as two binaries, alternated (13 and 13 at 4096^3, 8
+ * and 8 elsewhere): 4096^3 4689 -> 4838, 512 x 4096^2 and 2048^3 level. A 1.5 MiB region (128 x
+ * 4096^2) on huge pages read level or lower, hence the threshold. The mapping, against that heap
+ * placement (six full-table pairs): 2048^3 4453 / 4499, 4096^3 4490 / 4360, 512 x 4096^2 3751 /
+ * 3730: level, and the same mechanism as the packs' values (qgemm.c). */
+static size_t scratch_map_len(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    size_t len;
+    return ember__add_size(bytes, huge - 1, &len) ? len & ~(huge - 1) : 0;
 }
 
-/* A scratch region of `bytes` (its allocation in *mem; NULL when none can be had). From
- * EMBER__SCRATCH_HUGE on it starts on a 2 MiB boundary and its 2 MiB pages are advised huge, so
- * that the packed A that fills most of it (and the tasks' sums) take one TLB entry per 2 MiB: the
- * tile loads of a task walk up to 1 MiB of packed A once per 32-column panel. The allocation is
- * then up to 4 MiB larger than asked (addresses only: the kernel backs what is touched), and the
- * memory in use rounds up to whole 2 MiB pages. Measured, bench_qgemm --shape, 2 threads, e_q8
- * GOPS medians: through an environment switch in one build (three sets of 4-5 alternations,
- * orders rotated) 4096^3 4779 -> 4996, 4624 -> 4859, 4801 -> 4911; 512 x 4096^2 3712 -> 3998;
- * 2048^3 4716 -> 4871, 4985 -> 4974; 1024^3 level. Then the build before and this one as two
- * binaries, alternated (13 and 13 at 4096^3, 8 and 8 elsewhere): 4096^3 4689 -> 4838, 512 x
- * 4096^2 and 2048^3 level. A 1.5 MiB region (128 x 4096^2) on huge pages read level or lower,
- * hence the threshold. */
-static void *scratch_alloc(size_t bytes, void **mem) {
-    const size_t huge = (size_t)2 << 20;
-    size_t span, total;
-    if (bytes < EMBER__SCRATCH_HUGE || !ember__add_size(bytes, huge - 1, &span) ||
-        !ember__add_size(span & ~(huge - 1), huge, &total))
-        return *mem = ember__aligned_alloc(bytes);
-    span &= ~(huge - 1); /* whole 2 MiB pages, the last partial one included */
-    uint8_t *m = *mem = ember__aligned_alloc(total);
-    if (!m)
-        return NULL;
-    uint8_t *a = m + ((huge - ((uintptr_t)m & (huge - 1))) & (huge - 1));
-    advise_huge(a, span);
-    return a;
+static void *scratch_alloc(size_t bytes) {
+    if (bytes < EMBER__SCRATCH_HUGE)
+        return ember__aligned_alloc(bytes);
+    const size_t len = scratch_map_len(bytes);
+    return len ? ember__map_huge(len) : NULL;
+}
+
+/* The pool's scratch region freed (scratch_mu held, or the pool stopping) */
+static void scratch_free(pool *p) {
+    if (p->scratch_bytes >= EMBER__SCRATCH_HUGE)
+        ember__map_free(p->scratch, scratch_map_len(p->scratch_bytes));
+    else
+        ember__aligned_free(p->scratch);
+    p->scratch = NULL;
+    p->scratch_bytes = 0;
 }
 
 void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
@@ -343,8 +343,8 @@ void *ember__cpu_scratch_get(ember__cpu_state *s, size_t bytes) {
     if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
         return NULL;
     if (p->scratch_bytes < bytes) {
-        ember__aligned_free(p->scratch_mem);
-        p->scratch = scratch_alloc(bytes, &p->scratch_mem);
+        scratch_free(p);
+        p->scratch = scratch_alloc(bytes);
         p->scratch_bytes = p->scratch ? bytes : 0;
     }
     if (!p->scratch) {
@@ -363,9 +363,7 @@ void ember__cpu_scratch_release(ember__cpu_state *s) {
     pool *p = s ? s->kernels : NULL;
     if (!p || pthread_mutex_trylock(&p->scratch_mu) != 0)
         return;
-    ember__aligned_free(p->scratch_mem);
-    p->scratch = p->scratch_mem = NULL;
-    p->scratch_bytes = 0;
+    scratch_free(p);
     pthread_mutex_unlock(&p->scratch_mu);
 }
 

@@ -411,7 +411,7 @@ static ember_status cl_buffer_alloc(void *state, int dev, size_t bytes, void **b
 static void cl_buffer_free(void *state, int dev, void *buf) {
     ember__cl_buf *b = buf;
     if (b && !ember__bufcache_put(&((ember__cl_state *)state)->dev[dev].bcache, b, b->cap))
-        cl_buf_release(b, 0);
+        cl_buf_release(b, b->cap);
 }
 
 static void cl_trim(void *state) {
