@@ -271,6 +271,10 @@ static void test_float_path_exact(void) {
         {520, 544, 256}, /* C of 1.1 MiB: ordinary stores, lines fetched for writing ahead */
         {1024, 4100, 4}, /* C of 16 MiB: rows written with streaming stores */
         {20, 70, 2100},  /* one row block: the whole K in its tiles */
+        /* m-row AMX tiles (the thin kernel): C written a task's panels at a time; tasks of two
+         * panels, then of eight with a short last task and a ragged last panel */
+        {5, 1000, 300},
+        {12, 4100, 200},
         /* C of 16 MiB in blocks along K: streamed through the chunked scaling (m-row tiles for
          * 16 rows, 32-row blocks for 64) */
         {16, 262144, 64},

@@ -474,6 +474,7 @@ typedef struct pack_a_arg {
     int8_t *ap;
     int32_t *rs;
     int amx, avx512;
+    int pad; /* the padding rows too (zeros): the AMX block kernels load whole 16-row tiles */
 } pack_a_arg;
 
 /* Sum of n int8 values (SSE2: PSADBW on the values biased to unsigned). */
@@ -503,8 +504,8 @@ static void pack_a_task(void *varg, int64_t task, int thread) {
     const int64_t kp = p->kp, k = p->k;
     const int fast = a->avx512 && (p->nch == 1 || p->kc % 64 == 0 || p->kc == 32);
     for (int64_t i = task * 16; i < task * 16 + 16; i++) {
-        if (!a->amx && i >= a->m)
-            break; /* the vector tiers never read the padding rows (nor their sums) */
+        if (!a->pad && i >= a->m)
+            break; /* the vector tiers and the thin kernels never read the padding rows */
         const int8_t *src = i < a->m ? a->A + i * a->lda : NULL;
         if (fast) {
             if (a->amx)
@@ -750,9 +751,11 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * 5521 / 5468, 4096^3 5489 -> 5716, 512 x 4096^2 4724 -> 5009; 1024^3, 128 x 4096^2, 32 x
      * 4096^2, 8 and 1 x 4096^2, 128 x 11008 x 4096 level. In bench_qgemm's rounds (other rows
      * between the calls) 2048^3 read 4818 / 4965 / 4833 -> 5012 / 4923 / 4693. */
-    pack_a_arg pa = {p,  A,   lda,
-                     m,  mp,  ap,
-                     rs, amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)};
+    pack_a_arg pa = {
+        p,           A,   lda,
+        m,           mp,  ap,
+        rs,          amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512),
+        amx && !thin};
     for (int64_t q = 0; q < mp / 16; q++)
         atomic_init(&pstate[q], 0);
 
