@@ -1008,7 +1008,8 @@ thin_prefetch(const ember__qpack *p, const uint8_t *bk, int64_t bytes, int64_t b
  * from the tile loop to the vector epilogue stalled the stream of B. Measured against the
  * epilogue after every panel (bench_qgemm --shape 8,4096,4096, 31 rounds, ten alternations,
  * medians): e_q8 630 -> 647 GOPS, 79% -> 83% of the in-round roofline; 16 and 3 x 4096^2
- * level or ahead (775 -> 790, 225 -> 246). In a standalone loop (two threads, 16 MiB from L3,
+ * level or ahead (775 -> 790, 225 -> 246); in full tables (six pairs of the two builds) M = 8
+ * read within the noise (medians 84.5% both). In a standalone loop (two threads, 16 MiB from L3,
  * tasks of 256 columns) the same change read 53-54.5 -> 56-56.5 GB/s against 57-58 for a plain
  * read pass. */
 void ember__qblock_amx_thin(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
