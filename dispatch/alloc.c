@@ -94,12 +94,19 @@ void ember__aligned_free(void *p) { ember__free(p); }
 #define HUGE_2M ((size_t)2 << 20)
 #define PAGE_4K ((size_t)4096)
 
+/* The length a mapping of n bytes takes: n (at least 1) rounded up to whole 4 KiB pages; 0 when
+ * that overflows. ember__map_huge maps it and ember__map_free unmaps it. */
+static int map_len(size_t n, size_t *len) {
+    if (!ember__add_size(n ? n : 1, PAGE_4K - 1, len))
+        return 0;
+    *len &= ~(PAGE_4K - 1);
+    return 1;
+}
+
 void *ember__map_huge(size_t n) {
     size_t len, span;
-    if (!ember__add_size(n ? n : 1, PAGE_4K - 1, &len) ||
-        !ember__add_size(len & ~(PAGE_4K - 1), HUGE_2M, &span) || inject())
+    if (!map_len(n, &len) || !ember__add_size(len, HUGE_2M, &span) || inject())
         return NULL;
-    len &= ~(PAGE_4K - 1);
     /* 2 MiB more than asked, then the part before the first 2 MiB boundary and after the end
      * unmapped again */
     uint8_t *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -119,10 +126,12 @@ void *ember__map_huge(size_t n) {
 }
 
 void ember__map_free(void *p, size_t n) {
+    size_t len;
     if (!p)
         return;
     atomic_fetch_sub(&live, 1);
-    (void)munmap(p, ((n ? n : 1) + PAGE_4K - 1) & ~(PAGE_4K - 1));
+    if (map_len(n, &len)) /* n was mapped, so its length did not overflow */
+        (void)munmap(p, len);
 }
 
 char *ember__strdup(const char *s) {
