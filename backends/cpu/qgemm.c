@@ -751,11 +751,16 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * 5521 / 5468, 4096^3 5489 -> 5716, 512 x 4096^2 4724 -> 5009; 1024^3, 128 x 4096^2, 32 x
      * 4096^2, 8 and 1 x 4096^2, 128 x 11008 x 4096 level. In bench_qgemm's rounds (other rows
      * between the calls) 2048^3 read 4818 / 4965 / 4833 -> 5012 / 4923 / 4693. */
-    pack_a_arg pa = {
-        p,           A,   lda,
-        m,           mp,  ap,
-        rs,          amx, t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512),
-        amx && !thin};
+    pack_a_arg pa = {.p = p,
+                     .A = A,
+                     .lda = lda,
+                     .m = m,
+                     .mp = mp,
+                     .ap = ap,
+                     .rs = rs,
+                     .amx = amx,
+                     .avx512 = t >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512),
+                     .pad = amx && !thin};
     for (int64_t q = 0; q < mp / 16; q++)
         atomic_init(&pstate[q], 0);
 
