@@ -5,8 +5,10 @@
 #                                   test_threads running TSAN_SECONDS (default 20) of 8 threads
 #                                   on CPU + OpenCL
 #   make tsan TSAN_TESTS=regex      only the tests whose name matches (ctest -R)
-# Any ThreadSanitizer report fails (halt_on_error). tests/tsan.supp suppresses only races inside
-# the OpenCL runtime and OpenBLAS, which are not instrumented (see the file).
+# Any ThreadSanitizer report fails (halt_on_error). A test that fails without a report has its
+# output printed (the last 150 lines of each), so a CI log names it and shows why. tests/tsan.supp
+# suppresses only races inside the OpenCL runtime and OpenBLAS, which are not instrumented (see
+# the file).
 TSAN_BUILD ?= build-tsan
 TSAN_SECONDS ?= 20
 TSAN_TESTS ?= .
@@ -22,7 +24,10 @@ tsan:
 	  EMBER_OPENCL_CACHE_DIR=$(CURDIR)/$(TSAN_BUILD)/ember-cl-cache \
 	  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ctest --output-on-failure -V -R '$(TSAN_TESTS)' > ctest-tsan.log 2>&1; rc=$$?; \
-	grep -E 'threads x|tests passed|tests failed' ctest-tsan.log; \
+	grep -E '^ *[0-9]+/[0-9]+ Test|threads x|tests passed|tests failed' ctest-tsan.log; \
 	if grep -n 'WARNING: ThreadSanitizer' ctest-tsan.log; then \
 	  echo "ember: ThreadSanitizer report (see $(TSAN_BUILD)/ctest-tsan.log)" >&2; exit 1; fi; \
+	if [ $$rc -ne 0 ]; then \
+	  for n in $$(sed -n 's/^[[:space:]]*\([0-9][0-9]*\) - .*/\1/p' ctest-tsan.log); do \
+	    echo "== the output of failed test $$n"; grep "^$$n: " ctest-tsan.log | tail -150; done; fi; \
 	exit $$rc
