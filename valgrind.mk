@@ -5,7 +5,8 @@
 # test executable through valgrind (CMAKE_CROSSCOMPILING_EMULATOR; CMake script tests such as
 # install_consumer run as they are). Any memcheck error (invalid read/write, use of uninitialised
 # memory in a branch, invalid free) or any definite / indirect leak makes valgrind exit 99 and the
-# test fail. tests/valgrind.supp suppresses only what the OpenCL runtime (ICD loader, PoCL and its
+# test fail; the log of a failed run is printed (the output of each failed test with it).
+# tests/valgrind.supp suppresses only what the OpenCL runtime (ICD loader, PoCL and its
 # LLVM) and OpenBLAS do inside themselves; every entry says why. The fuzz CTest entries run their
 # usual few seconds (they are time-bounded), so they execute fewer inputs here.
 #   make check-valgrind                 the whole suite
@@ -35,4 +36,5 @@ check-valgrind:
 	if grep -nE '^==[0-9]+== (Invalid|Conditional|Use of uninitialised|Mismatched|Syscall param)|definitely lost: [1-9]|indirectly lost: [1-9]' \
 	     ctest-valgrind.log; then \
 	  echo "ember: valgrind report (see $(VALGRIND_BUILD)/ctest-valgrind.log)" >&2; exit 1; fi; \
+	if [ $$rc -ne 0 ]; then cat ctest-valgrind.log; fi; \
 	exit $$rc
