@@ -1260,7 +1260,10 @@ static void test_thread_pool(void) {
 
 /* More pool threads than 64 (a large server's default, oversubscribed here): every tier's tile
  * path and the first-call kernels give right answers, whichever thread takes which task (the
- * per-thread buffers were once indexed by thread up to a fixed 64) */
+ * per-thread buffers were once indexed by thread up to a fixed 64). Oversubscribed, the calls also
+ * end only if a task waiting for rows of A that another task packs gives up its CPU: while that
+ * wait only spun, this test kept test_cpu_qgemm under ThreadSanitizer past CTest's 600 s in one
+ * of five runs, and in both of two run side by side (ember__cpu_wait_step). */
 static void test_many_threads(void) {
     ember_options o = ember_options_default();
     o.enable_opencl = 0;

@@ -43,6 +43,13 @@ void ember__cpu_region_put(ember__cpu_state *s, void *p, size_t len);
  * thread takes part. With n_tasks <= 1 or one thread, runs inline. (backends/cpu/threadpool.c) */
 typedef void (*ember__task_fn)(void *arg, int64_t task, int thread);
 void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_fn fn, void *arg);
+/* One step of a thread's wait for another thread of the pool (the caller for the workers still in
+ * a call, a task for the rows of A another task packs): a pause for the first steps, then the CPU
+ * yielded between checks (*spins counts the steps; start it at 0). A wait that only spins starves
+ * the thread it waits for wherever the threads outnumber the CPUs (100 pool threads on 2 CPUs;
+ * under ThreadSanitizer, whose atomic loads and stores of one address share a lock, a crowd of
+ * spinning waiters kept a packer's release store waiting for minutes). (threadpool.c) */
+void ember__cpu_wait_step(int *spins);
 /* How many of the pool's workers run pinned to one CPU (tests read it). */
 int ember__cpu_pool_pinned(const ember__cpu_state *s);
 /* How many times the pool's workers have gone to sleep after polling in vain (tests read it). */

@@ -594,12 +594,10 @@ static void ensure_packed(const run_arg *r, int64_t i0, int64_t i1, int thread) 
             atomic_store_explicit(&r->pstate[q], 2, memory_order_release);
         }
     }
+    int spins = 0;
     for (q = q0; q < q1; q++)
-        while (atomic_load_explicit(&r->pstate[q], memory_order_acquire) != 2) {
-#ifdef EMBER__X86
-            _mm_pause();
-#endif
-        }
+        while (atomic_load_explicit(&r->pstate[q], memory_order_acquire) != 2)
+            ember__cpu_wait_step(&spins);
 }
 
 static void run_task(void *varg, int64_t task, int thread) {

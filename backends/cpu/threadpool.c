@@ -25,9 +25,8 @@
  * next call 15-70 us on the 2-vCPU development VM (a cross-CPU futex wake of a halted vCPU); a
  * longer spin trades a busy CPU after each call for that (bench/bench_decode.c). */
 #define SPIN_CHECK 16
-/* pauses the calling thread spins, at the end of a call, waiting for the workers still inside the
- * job before it yields its CPU between checks */
-#define CALLER_SPIN_ITERS 1000
+/* pauses a waiting thread spins (ember__cpu_wait_step) before it yields its CPU between checks */
+#define WAIT_SPIN_ITERS 1000
 
 typedef struct pool pool;
 typedef struct worker_ctx {
@@ -293,13 +292,18 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
     /* every task is claimed: close the job, then wait for the workers still inside it */
     atomic_store_explicit(&p->job, NULL, memory_order_seq_cst);
     int spins = 0;
-    while (atomic_load_explicit(&p->active, memory_order_seq_cst) > 0) {
-        if (++spins > CALLER_SPIN_ITERS)
-            sched_yield();
-        else
-            cpu_pause();
-    }
+    while (atomic_load_explicit(&p->active, memory_order_seq_cst) > 0)
+        ember__cpu_wait_step(&spins);
     pthread_mutex_unlock(&p->busy);
+}
+
+void ember__cpu_wait_step(int *spins) {
+    if (*spins >= WAIT_SPIN_ITERS) {
+        sched_yield();
+        return;
+    }
+    ++*spins;
+    cpu_pause();
 }
 
 /* A scratch region of `bytes`: below EMBER__SCRATCH_HUGE 64-byte aligned heap memory; from there a
