@@ -28,6 +28,6 @@ tsan:
 	if grep -n 'WARNING: ThreadSanitizer' ctest-tsan.log; then \
 	  echo "ember: ThreadSanitizer report (see $(TSAN_BUILD)/ctest-tsan.log)" >&2; exit 1; fi; \
 	if [ $$rc -ne 0 ]; then \
-	  for n in $$(sed -n 's/^[[:space:]]*\([0-9][0-9]*\) - .*/\1/p' ctest-tsan.log); do \
+	  for n in $$(sed -n '/tests FAILED:/,$$s/^[[:space:]]*\([0-9][0-9]*\) - .*/\1/p' ctest-tsan.log); do \
 	    echo "== the output of failed test $$n"; grep "^$$n: " ctest-tsan.log | tail -150; done; fi; \
 	exit $$rc

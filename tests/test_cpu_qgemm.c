@@ -1263,7 +1263,7 @@ static void test_thread_pool(void) {
  * per-thread buffers were once indexed by thread up to a fixed 64). Oversubscribed, the calls also
  * end only if a task waiting for rows of A that another task packs gives up its CPU: while that
  * wait only spun, this test kept test_cpu_qgemm under ThreadSanitizer past CTest's 600 s in one
- * of five runs, and in both of two run side by side (ember__cpu_wait_step). */
+ * of five runs, and in both of two runs side by side (ember__cpu_wait_step). */
 static void test_many_threads(void) {
     ember_options o = ember_options_default();
     o.enable_opencl = 0;
