@@ -33,6 +33,7 @@
  * --shape: run that one shape (any M, N, K >= 1) instead of the table.
  * --reps: rounds per shape, up to 64 (default 5, 7, 11 or 31, fewer for larger products).
  * --block: the K block of the e_q4 and e_q8b rows (a multiple of 32; default 32).
+ * The ember rows run the tier a context gets: EMBER_CPU_MAX_ISA caps it as in the library.
  * --blas-apart: at M <= 8, time the f32 BLAS row after the interleaved int8 rounds instead of
  * within them (its 64 MiB of f32 weights push the int8 weights out of the cache between calls,
  * and the decode rows are then measured against a bandwidth they do not get).
@@ -401,7 +402,22 @@ int main(int argc, char **argv) {
     const int64_t one[1][3] = {{only_m, only_n, only_k}};
     const int64_t(*shapes)[3] = only_m ? one : table;
     const int nshapes = only_m ? 1 : (int)(sizeof table / sizeof table[0]);
-    ember__qtier best = ember__qtier_select(NULL);
+    /* The ember rows run the tier a context gets: the best the CPU allows, capped by
+     * EMBER_CPU_MAX_ISA as in the library (until 2026-11-30 this bench took the best tier and
+     * ignored the cap, so a capped run printed and measured AMX). A bad cap ends the run here. */
+    ember__qtier best;
+    {
+        ember_options o = ember_options_default();
+        o.enable_opencl = 0;
+        o.num_threads = 1;
+        ember_context *ctx = NULL;
+        if (ember_context_create(&o, &ctx) != EMBER_OK) {
+            fprintf(stderr, "bench_qgemm: no context: %s\n", ember_last_error());
+            return 1;
+        }
+        best = ember__cpu_tier(ember__cpu_state_of(ctx));
+        ember_context_destroy(ctx);
+    }
     char host[128] = "?";
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
