@@ -86,6 +86,65 @@ static void test_exact_int32(void) {
     ember_context_destroy(ctx);
 }
 
+static void ref_rows(const int8_t *A, int64_t lda, const int8_t *B, int64_t m, int64_t n, int64_t k,
+                     int32_t *ref);
+
+/* The vector tiers take 8-bit B in one K chunk 64 columns a pass (two panels; the second may be
+ * partial, down to one column) and a task's lone last panel 32 at a time. With two threads, at
+ * up to 64 rows a task is 1/16 of B's panels wide (here 9 panels: four pairs and a lone one),
+ * beyond that 128 columns: the shapes end a task in a pair whose second panel holds 1, 16 and 31
+ * columns, a full pair, or a lone panel of 17. Exact int32 on every tier, the other rows around
+ * the 6-row step, and nothing written past column n (C's rows are 3 apart from n). */
+static void test_wide_panels(void) {
+    static const int64_t shapes[][3] = {
+        {7, 4129, 64},  {13, 4144, 64},  {2, 4159, 4},
+        {70, 4193, 64}, {200, 300, 260}, {200, 337, 260},
+    };
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.num_threads = 2;
+    ember_context *ctx = NULL;
+    TU_OK(ember_context_create(&o, &ctx));
+    ember__cpu_state *s = ember__cpu_state_of(ctx);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    for (int t = 0; t < EMBER__QT_COUNT; t++) {
+        if (!ember__qtier_available((ember__qtier)t))
+            continue;
+        for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++) {
+            const int64_t m = shapes[q][0], n = shapes[q][1], k = shapes[q][2], lda = k + 1,
+                          ldc = n + 3;
+            int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * n));
+            int32_t *C = malloc((size_t)(m * ldc) * 4), *ref = malloc((size_t)(m * n) * 4);
+            rand_i8(A, (size_t)(m * lda), -128, 127);
+            rand_i8(B, (size_t)(k * n), -128, 127);
+            ref_rows(A, lda, B, m, n, k, ref);
+            for (int64_t i = 0; i < m * ldc; i++)
+                C[i] = INT32_MIN;
+            ember__qpack p;
+            TU_OK(ember__qpack_b_s8(NULL, &p, k, n, n, 0, 8, B, NULL));
+            TU_OK(ember__qgemm_s32(s, (ember__qtier)t, m, A, lda, &p, C, ldc));
+            int bad = 0;
+            for (int64_t i = 0; i < m * ldc && !bad; i++) {
+                const int64_t r = i / ldc, j = i % ldc;
+                const int32_t want = j < n ? ref[r * n + j] : INT32_MIN;
+                if (C[i] != want) {
+                    printf("\n  %s m %lld n %lld k %lld: C[%lld,%lld] %d != %d",
+                           ember__qtier_name((ember__qtier)t), (long long)m, (long long)n,
+                           (long long)k, (long long)r, (long long)j, C[i], want);
+                    bad = 1;
+                }
+            }
+            CU_ASSERT_FALSE(bad);
+            ember__qpack_free(&p);
+            free(A);
+            free(B);
+            free(C);
+            free(ref);
+        }
+    }
+    ember_context_destroy(ctx);
+}
+
 /* Extreme values: all -128 x -128 over a long K (the bias trick must stay exact). */
 static void test_extremes(void) {
     ember_context *ctx;
@@ -191,6 +250,7 @@ static void test_epilogue(void) {
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     check_epilogue(s, 37, 45, 200, 0, 8, 0);    /* per-row x per-column, one chunk */
+    check_epilogue(s, 11, 80, 260, 0, 8, 1);    /* a 64-column pass, then a panel of 16 */
     check_epilogue(s, 5, 70, 256, 32, 8, 0);    /* block 32 along K */
     check_epilogue(s, 40, 33, 192, 64, 8, 1);   /* block 64, f16 scales */
     check_epilogue(s, 3, 64, 384, 128, 4, 1);   /* 4-bit, block 128 */
@@ -1704,6 +1764,7 @@ int main(void) {
     CU_TestInfo tests[] = {
         {"tier names and selection", test_tiers},
         {"exact int32, every tier, odd shapes", test_exact_int32},
+        {"exact int32, 64 columns a pass and a lone last panel", test_wide_panels},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
         {"float-output tile path exact (unit scales)", test_float_path_exact},

@@ -12,6 +12,19 @@ EMBER__INLINE __m512 load_scales(const ember__qpack *p, int64_t c, int64_t j) {
     return ember__qpack_scales16(p, ember__qpack_sidx(p, c, j), p->sb16);
 }
 
+/* acc + the products of unsigned u and signed s bytes (VPDPBUSD), the sum in acc's register.
+ * Written as an asm statement whose operand is read and written in place ("+v"): from
+ * _mm512_dpbusd_epi32, GCC 12 copied every accumulator to a spare register and back around each
+ * product (the 6-row loop: 48 instructions for 12 products, the register-only peak loop 37 for
+ * 12), and the front end, not the multiplier, bound the loops. With this: 24 and 15. Measured
+ * (bench_qgemm, the VNNI tier forced with EMBER_CPU_MAX_ISA=avx512_vnni, 2 threads, one run
+ * each): e_q8 at 1024^3 / 2048^3 / 4096^3 928 / 860 / 927 -> 1066 / 1065 / 1093 GOPS; the
+ * register-only peak 1426 -> 1947. */
+EMBER__INLINE __m512i dpb(__m512i acc, __m512i u, __m512i s) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+
 /* Decode rows fetch B's bytes this far ahead into L2. 4-bit B (every K chunk): the 4-bit decode
  * row is slower per byte than the 8-bit one (the unpack and a scaled epilogue per block of 32),
  * and cold, it drew B at ~17 GB/s where the 8-bit row drew ~30. Measured (M = 1, K = N = 4096,
@@ -73,10 +86,10 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 __builtin_memcpy(&x0, a + kk, 4);
                 __builtin_memcpy(&x1, a + kk + 4, 4);
                 const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-                acc[0][0] = _mm512_dpbusd_epi32(acc[0][0], _mm512_load_si512(w), y0);
-                acc[0][1] = _mm512_dpbusd_epi32(acc[0][1], _mm512_load_si512(w + 64), y0);
-                e0 = _mm512_dpbusd_epi32(e0, _mm512_load_si512(w + 128), y1);
-                e1 = _mm512_dpbusd_epi32(e1, _mm512_load_si512(w + 192), y1);
+                acc[0][0] = dpb(acc[0][0], _mm512_load_si512(w), y0);
+                acc[0][1] = dpb(acc[0][1], _mm512_load_si512(w + 64), y0);
+                e0 = dpb(e0, _mm512_load_si512(w + 128), y1);
+                e1 = dpb(e1, _mm512_load_si512(w + 192), y1);
             }
             acc[0][0] = _mm512_add_epi32(acc[0][0], e0);
             acc[0][1] = _mm512_add_epi32(acc[0][1], e1);
@@ -90,8 +103,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     int32_t w;
                     __builtin_memcpy(&w, a + r * kp + kk, 4);
                     __m512i x = _mm512_set1_epi32(w);
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], v0, x);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], v1, x);
+                    acc[r][0] = dpb(acc[r][0], v0, x);
+                    acc[r][1] = dpb(acc[r][1], v1, x);
                 }
             }
         } else {
@@ -114,14 +127,14 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                     __builtin_memcpy(&x0, a + r * kp + kk, 4);
                     __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
                     __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-                    acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], l0, y0);
-                    acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], l1, y0);
+                    acc[r][0] = dpb(acc[r][0], l0, y0);
+                    acc[r][1] = dpb(acc[r][1], l1, y0);
                     if (MR <= 3) { /* decode rows: two chains per column half hide the latency */
-                        acch[r][0] = _mm512_dpbusd_epi32(acch[r][0], h0, y1);
-                        acch[r][1] = _mm512_dpbusd_epi32(acch[r][1], h1, y1);
+                        acch[r][0] = dpb(acch[r][0], h0, y1);
+                        acch[r][1] = dpb(acch[r][1], h1, y1);
                     } else {
-                        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], h0, y1);
-                        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], h1, y1);
+                        acc[r][0] = dpb(acc[r][0], h0, y1);
+                        acc[r][1] = dpb(acc[r][1], h1, y1);
                     }
                 }
             }
@@ -166,6 +179,68 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     }
 }
 
+/* rows [i, i + MR) x columns [j, j + 64): two 32-column panels of 8-bit B in one K chunk, 4 x MR
+ * sums (24 registers at MR = 6), so each broadcast of A feeds four products instead of two.
+ * Against micro's 32 columns (both with dpb; bench_qgemm, VNNI tier, 2 threads, one run each):
+ * e_q8 at 1024^3 / 2048^3 / 4096^3 1066 / 1065 / 1093 -> 1187 / 1152 / 1220 GOPS, M = 32 / 128 /
+ * 512 x 4096^2 639 / 935 / 1057 -> 748 / 995 / 1187. The columns past n are masked (the second
+ * panel may be partial). */
+EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const int MR) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp;
+    const int8_t *a = jb->a + i * kp;
+    __m512i c0[6], c1[6], c2[6], c3[6];
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++)
+        c0[r] = c1[r] = c2[r] = c3[r] = _mm512_set1_epi32(-p->bias * jb->rs[i + r]);
+    const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128, *b1 = b0 + (kp / 4) * 128;
+    for (int64_t kk = 0; kk < kp; kk += 4) {
+        const __m512i v0 = _mm512_load_si512(b0 + kk * 32),
+                      v1 = _mm512_load_si512(b0 + kk * 32 + 64);
+        const __m512i v2 = _mm512_load_si512(b1 + kk * 32),
+                      v3 = _mm512_load_si512(b1 + kk * 32 + 64);
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            int32_t w;
+            __builtin_memcpy(&w, a + r * kp + kk, 4);
+            const __m512i x = _mm512_set1_epi32(w);
+            c0[r] = dpb(c0[r], v0, x);
+            c1[r] = dpb(c1[r], v1, x);
+            c2[r] = dpb(c2[r], v2, x);
+            c3[r] = dpb(c3[r], v3, x);
+        }
+    }
+    const int64_t nv = p->n - j;
+    const __mmask16 k0 = ember__tail_mask16(nv), k1 = ember__tail_mask16(nv - 16),
+                    k2 = ember__tail_mask16(nv - 32), k3 = ember__tail_mask16(nv - 48);
+    if (jb->c32) {
+#pragma GCC unroll 6
+        for (int r = 0; r < MR; r++) {
+            int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
+            _mm512_mask_storeu_epi32(o, k0, c0[r]);
+            _mm512_mask_storeu_epi32(o + 16, k1, c1[r]);
+            _mm512_mask_storeu_epi32(o + 32, k2, c2[r]);
+            _mm512_mask_storeu_epi32(o + 48, k3, c3[r]);
+        }
+        return;
+    }
+    const __m512 s0 = load_scales(p, 0, j), s1 = load_scales(p, 0, j + 16),
+                 s2 = load_scales(p, 0, j + 32), s3 = load_scales(p, 0, j + 48);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; r++) {
+        const __m512 sar = _mm512_set1_ps(jb->sa[i + r]);
+        float *o = jb->c + (i + r) * jb->ldc + j;
+        _mm512_mask_storeu_ps(o, k0,
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(c0[r]), _mm512_mul_ps(sar, s0)));
+        _mm512_mask_storeu_ps(o + 16, k1,
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(c1[r]), _mm512_mul_ps(sar, s1)));
+        _mm512_mask_storeu_ps(o + 32, k2,
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(c2[r]), _mm512_mul_ps(sar, s2)));
+        _mm512_mask_storeu_ps(o + 48, k3,
+                              _mm512_mul_ps(_mm512_cvtepi32_ps(c3[r]), _mm512_mul_ps(sar, s3)));
+    }
+}
+
 /* One row of A (decode) against B in K chunks (4-bit B, or 8-bit B with block scales), columns
  * [j0, j1): micro() with MR = 1 did the same work, but at blocks of 32 its bookkeeping per chunk
  * (the loop of prefetches, the bias subtracted, the scale format tested, registers shuffled
@@ -203,16 +278,16 @@ EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_
                     const uint8_t *w = bc + kk * 16;
                     b_prefetch(p, w, bbytes);
                     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
-                    a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(w0, m4), y0);
-                    a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(w1, m4), y0);
-                    h0 = _mm512_dpbusd_epi32(h0, _mm512_andnot_si512(m4, w0), y1);
-                    h1 = _mm512_dpbusd_epi32(h1, _mm512_andnot_si512(m4, w1), y1);
+                    a0 = dpb(a0, _mm512_and_si512(w0, m4), y0);
+                    a1 = dpb(a1, _mm512_and_si512(w1, m4), y0);
+                    h0 = dpb(h0, _mm512_andnot_si512(m4, w0), y1);
+                    h1 = dpb(h1, _mm512_andnot_si512(m4, w1), y1);
                 } else {
                     const uint8_t *w = bc + kk * 32;
-                    a0 = _mm512_dpbusd_epi32(a0, _mm512_load_si512(w), y0);
-                    a1 = _mm512_dpbusd_epi32(a1, _mm512_load_si512(w + 64), y0);
-                    h0 = _mm512_dpbusd_epi32(h0, _mm512_load_si512(w + 128), y1);
-                    h1 = _mm512_dpbusd_epi32(h1, _mm512_load_si512(w + 192), y1);
+                    a0 = dpb(a0, _mm512_load_si512(w), y0);
+                    a1 = dpb(a1, _mm512_load_si512(w + 64), y0);
+                    h0 = dpb(h0, _mm512_load_si512(w + 128), y1);
+                    h1 = dpb(h1, _mm512_load_si512(w + 192), y1);
                 }
             }
             if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
@@ -246,6 +321,12 @@ static void row8_f32(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
     row_body(jb, i, j0, j1, 8, 0);
 }
 
+static void micro64_1(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 1); }
+static void micro64_2(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 2); }
+static void micro64_3(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 3); }
+static void micro64_4(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 4); }
+static void micro64_5(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 5); }
+static void micro64_6(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 6); }
 static void micro1(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 1); }
 static void micro2(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 2); }
 static void micro3(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 3); }
@@ -267,7 +348,21 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
         f(jb, i0, j0, j1);
         return;
     }
-    for (int64_t j = j0; j < j1 && j < jb->p->n; j += 32)
+    int64_t j = j0;
+    /* 8-bit B in one K chunk, tasks of two rows and more: 64 columns a pass (micro64), then
+     * a last lone panel as below */
+    if (p->bits == 8 && p->nch == 1 && i1 - i0 >= 2) {
+        static void (*const f64[7])(const ember__qjob *, int64_t, int64_t) = {
+            NULL, micro64_1, micro64_2, micro64_3, micro64_4, micro64_5, micro64_6};
+        for (; j + 32 < j1 && j + 32 < p->n; j += 64)
+            for (int64_t i = i0; i < i1;) {
+                int64_t r = i1 - i;
+                int mr = r >= 6 ? 6 : (int)r;
+                f64[mr](jb, i, j);
+                i += mr;
+            }
+    }
+    for (; j < j1 && j < jb->p->n; j += 32)
         for (int64_t i = i0; i < i1;) {
             int64_t r = i1 - i;
             int mr = r >= 6 ? 6 : (int)r;
@@ -286,7 +381,7 @@ double ember__qpeak_vnni(int64_t iters) {
     for (int64_t it = 0; it < iters; it++) {
 #pragma GCC unroll 12
         for (int r = 0; r < 12; r++)
-            acc[r] = _mm512_dpbusd_epi32(acc[r], x, y);
+            acc[r] = dpb(acc[r], x, y);
         __asm__ volatile("" : "+v"(x));
     }
     int32_t out[16];
@@ -458,10 +553,10 @@ EMBER__INLINE void direct_rows(const ember__qdirect *d, const uint8_t *st, int64
             int32_t av;
             __builtin_memcpy(&av, a0 + (i + r) * d->lda + 4 * g, 4);
             const __m512i x = _mm512_set1_epi32(av);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], b0, x);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], b1, x);
-            acc[r][2] = _mm512_dpbusd_epi32(acc[r][2], b2, x);
-            acc[r][3] = _mm512_dpbusd_epi32(acc[r][3], b3, x);
+            acc[r][0] = dpb(acc[r][0], b0, x);
+            acc[r][1] = dpb(acc[r][1], b1, x);
+            acc[r][2] = dpb(acc[r][2], b2, x);
+            acc[r][3] = dpb(acc[r][3], b3, x);
         }
     }
 #pragma GCC unroll 4
