@@ -251,6 +251,8 @@ static void test_epilogue(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     check_epilogue(s, 37, 45, 200, 0, 8, 0);    /* per-row x per-column, one chunk */
     check_epilogue(s, 11, 80, 260, 0, 8, 1);    /* a 64-column pass, then a panel of 16 */
+    check_epilogue(s, 1, 70, 200, 0, 8, 0);     /* decode row, one chunk, a ragged panel */
+    check_epilogue(s, 2, 45, 128, 0, 8, 0);     /* two rows, one chunk */
     check_epilogue(s, 5, 70, 256, 32, 8, 0);    /* block 32 along K */
     check_epilogue(s, 40, 33, 192, 64, 8, 1);   /* block 64, f16 scales */
     check_epilogue(s, 3, 64, 384, 128, 4, 1);   /* 4-bit, block 128 */
@@ -296,6 +298,30 @@ static void test_epilogue(void) {
     check_epilogue(s, 25, 70, 192, 64, 8, 1);
     g_sa_row = 0;
     ember_context_destroy(ctx);
+}
+
+/* On a machine with AVX-VNNI the AVX2 tier multiplies 8-bit B in one chunk as bytes; the hook
+ * ember__avx2_no_vnni gives the 16-bit path that a machine without AVX-VNNI runs. Both are checked
+ * here on the shapes of the 8-bit one-chunk cases: exact int32 (with nothing written past column
+ * n) and the scaled float output. */
+static void test_avx2_paths(void) {
+    if (!ember__qtier_available(EMBER__QT_AVX2))
+        return;
+    printf("\n  AVX-VNNI on this machine: %s", ember__avx2_vnni() ? "yes" : "no");
+    for (int off = 1; off >= 0; off--) {
+        ember__avx2_no_vnni = off;
+        CU_ASSERT(!off || !ember__avx2_vnni());
+        test_wide_panels();
+        ember_context *ctx;
+        ember__cpu_state *s = cpu_state(&ctx);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+        check_epilogue(s, 37, 45, 200, 0, 8, 0);
+        check_epilogue(s, 1, 70, 200, 0, 8, 0);
+        check_epilogue(s, 2, 45, 128, 0, 8, 0);
+        check_epilogue(s, 9, 70, 200, 0, 8, 0);
+        ember_context_destroy(ctx);
+    }
+    ember__avx2_no_vnni = 0;
 }
 
 /* ref = A (m x k, lda) times B (k x n) in int32, row by row (B read along its rows: the wide
@@ -1765,6 +1791,7 @@ int main(void) {
         {"tier names and selection", test_tiers},
         {"exact int32, every tier, odd shapes", test_exact_int32},
         {"exact int32, 64 columns a pass and a lone last panel", test_wide_panels},
+        {"the AVX2 tier with and without AVX-VNNI", test_avx2_paths},
         {"exact int32 at the value extremes", test_extremes},
         {"scale epilogue vs float64", test_epilogue},
         {"float-output tile path exact (unit scales)", test_float_path_exact},

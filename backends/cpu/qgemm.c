@@ -87,6 +87,29 @@ static int qtier_probe(ember__qtier t) {
 #endif
 }
 
+int ember__avx2_no_vnni = 0;
+
+/* CPUID.(EAX=7, ECX=1):EAX bit 4, on a machine with the AVX2 tier (the OS saves the ymm state) */
+static int avxvnni_probe(void) {
+#ifdef EMBER__X86
+    unsigned a, b, c, d;
+    return ember__qtier_available(EMBER__QT_AVX2) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+           ((a >> 4) & 1);
+#else
+    return 0;
+#endif
+}
+
+int ember__avx2_vnni(void) {
+    static int cache; /* 0 unknown, 1 no, 2 yes */
+    int c = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    if (!c) {
+        c = avxvnni_probe() ? 2 : 1;
+        __atomic_store_n(&cache, c, __ATOMIC_RELEASE);
+    }
+    return c == 2 && !ember__avx2_no_vnni;
+}
+
 /* CPUID traps to the hypervisor in a VM (tens of microseconds here): probe once per process. */
 int ember__qtier_available(ember__qtier t) {
     static int cache[EMBER__QT_COUNT]; /* 0 unknown, 1 no, 2 yes */

@@ -50,6 +50,12 @@ const char *ember__qtier_name(ember__qtier t);
 /* 1 when this machine (and process) can run tier t. The AMX check requests the tile-data
  * permission from Linux once (arch_prctl ARCH_REQ_XCOMP_PERM). */
 int ember__qtier_available(ember__qtier t);
+/* 1 when the AVX2 tier may multiply 8-bit B with AVX-VNNI (VEX VPDPBUSD on ymm: Alder Lake and
+ * later client cores, Sapphire Rapids and later, Zen 5), unless ember__avx2_no_vnni is set. */
+int ember__avx2_vnni(void);
+/* Test hook: 1 makes the AVX2 tier keep its 16-bit products (the path of AVX2 without
+ * AVX-VNNI) on a machine that has AVX-VNNI. Set only while no product runs. */
+extern int ember__avx2_no_vnni;
 /* The best available tier at or below the cap ("" or NULL: no cap; "scalar", "avx2",
  * "avx512" / "avx512_vnni", "amx"). An unknown cap string is treated as no cap. */
 ember__qtier ember__qtier_select(const char *cap);
