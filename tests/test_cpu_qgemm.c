@@ -300,10 +300,10 @@ static void test_epilogue(void) {
     ember_context_destroy(ctx);
 }
 
-/* On a machine with AVX-VNNI the AVX2 tier multiplies 8-bit B in one chunk as bytes; the hook
- * ember__avx2_no_vnni gives the 16-bit path that a machine without AVX-VNNI runs. Both are checked
- * here on the shapes of the 8-bit one-chunk cases: exact int32 (with nothing written past column
- * n) and the scaled float output. */
+/* On a machine with AVX-VNNI the AVX2 tier multiplies B as bytes; the hook ember__avx2_no_vnni
+ * gives the 16-bit path that a machine without AVX-VNNI runs. Both are checked here: exact int32
+ * (8- and 4-bit, with nothing written past column n for 8-bit) and the scaled float output (one
+ * chunk and blocks along K, 8- and 4-bit, decode rows). */
 static void test_avx2_paths(void) {
     if (!ember__qtier_available(EMBER__QT_AVX2))
         return;
@@ -312,6 +312,7 @@ static void test_avx2_paths(void) {
         ember__avx2_no_vnni = off;
         CU_ASSERT(!off || !ember__avx2_vnni());
         test_wide_panels();
+        test_exact_int32();
         ember_context *ctx;
         ember__cpu_state *s = cpu_state(&ctx);
         CU_ASSERT_PTR_NOT_NULL_FATAL(s);
@@ -319,6 +320,11 @@ static void test_avx2_paths(void) {
         check_epilogue(s, 1, 70, 200, 0, 8, 0);
         check_epilogue(s, 2, 45, 128, 0, 8, 0);
         check_epilogue(s, 9, 70, 200, 0, 8, 0);
+        check_epilogue(s, 5, 70, 256, 32, 8, 0);  /* 8-bit, blocks of 32 */
+        check_epilogue(s, 1, 100, 384, 128, 8, 1); /* decode row, 8-bit blocks of 128 */
+        check_epilogue(s, 70, 50, 96, 32, 4, 0);   /* 4-bit, blocks of 32 */
+        check_epilogue(s, 1, 1100, 256, 32, 4, 1); /* decode row, 4-bit, f16 scales */
+        check_epilogue(s, 97, 40, 130, 0, 4, 0);   /* 4-bit, one chunk */
         ember_context_destroy(ctx);
     }
     ember__avx2_no_vnni = 0;

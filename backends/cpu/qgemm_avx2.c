@@ -4,6 +4,7 @@
  * the column sums. Micro-kernel: MR (1..2) rows x 16 columns. Where the CPU has AVX-VNNI, 8-bit B
  * in one K chunk is multiplied as bytes instead (micro_vnni, up to 6 rows x 16 columns). */
 #include <immintrin.h>
+#include <string.h>
 
 #include "qgemm.h"
 
@@ -275,6 +276,105 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
     }
 }
 
+/* AVX-VNNI, B in K chunks (4-bit, or 8-bit with block scales): rows [i, i + MR) (MR <= 2) x
+ * columns [j, j + 16), each chunk's sums scaled into float accumulators as micro does (the same
+ * float operations, so the same results). A k group of 8 is two operand pairs per column half:
+ * 4-bit, one byte holds k 0-3 in its low nibble and k 4-7 in its high one (masked, the high ones
+ * shifted down); 8-bit, two 4-k groups 128 bytes apart. One row keeps the two pairs in separate
+ * sums (four chains). */
+EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
+                               const int bits) {
+    const ember__qpack *p = jb->p;
+    const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
+    const int8_t *a = jb->a + i * kp;
+    const int32_t *rs = jb->rs + i * nch;
+    const float *sa = jb->sa + i * nch;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 f0[2], f1[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < MR; r++)
+        f0[r] = f1[r] = _mm256_setzero_ps();
+    const int64_t gb = bits * 32; /* bytes of a k group of 8, both halves */
+    const uint8_t *b = p->b + (j / 32) * (kp / 8) * gb + ((j % 32) / 16) * 64;
+    const uint8_t *bend = p->b + (p->np / 32) * (kp / 8) * gb;
+    for (int64_t c = 0; c < nch; c++) {
+        __m256i c0[2], c1[2], e0 = _mm256_setzero_si256(), e1 = e0;
+#pragma GCC unroll 2
+        for (int r = 0; r < MR; r++)
+            c0[r] = c1[r] = _mm256_set1_epi32(-p->bias * rs[r * nch + c]);
+        for (int64_t kk = c * kc; kk < (c + 1) * kc; kk += 8) {
+            const uint8_t *w = b + (kk / 8) * gb;
+            if (w + 8192 + gb <= bend)
+                for (int q = 0; q < gb; q += 64)
+                    _mm_prefetch((const char *)(w + 8192 + q), _MM_HINT_T1);
+            __m256i l0, l1, h0, h1;
+            if (bits == 4) {
+                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
+                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
+                l0 = _mm256_and_si256(w0, m4);
+                l1 = _mm256_and_si256(w1, m4);
+                h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+                h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+            } else {
+                l0 = _mm256_load_si256((const __m256i *)w);
+                l1 = _mm256_load_si256((const __m256i *)(w + 32));
+                h0 = _mm256_load_si256((const __m256i *)(w + 128));
+                h1 = _mm256_load_si256((const __m256i *)(w + 160));
+            }
+#pragma GCC unroll 2
+            for (int r = 0; r < MR; r++) {
+                int32_t x0, x1;
+                __builtin_memcpy(&x0, a + r * kp + kk, 4);
+                __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
+                const __m256i y0 = _mm256_set1_epi32(x0), y1 = _mm256_set1_epi32(x1);
+                c0[r] = dpb8(c0[r], l0, y0);
+                c1[r] = dpb8(c1[r], l1, y0);
+                if (MR == 1) {
+                    e0 = dpb8(e0, h0, y1);
+                    e1 = dpb8(e1, h1, y1);
+                } else {
+                    c0[r] = dpb8(c0[r], h0, y1);
+                    c1[r] = dpb8(c1[r], h1, y1);
+                }
+            }
+        }
+        if (MR == 1) {
+            c0[0] = _mm256_add_epi32(c0[0], e0);
+            c1[0] = _mm256_add_epi32(c1[0], e1);
+        }
+        const __m256 s0 = jb->c32 ? _mm256_setzero_ps() : load_scales8(p, c, j);
+        const __m256 s1 = jb->c32 ? _mm256_setzero_ps() : load_scales8(p, c, j + 8);
+#pragma GCC unroll 2
+        for (int r = 0; r < MR; r++) {
+            if (jb->c32) { /* exact int32 out (single chunk): the bits kept in f0 / f1 */
+                f0[r] = _mm256_castsi256_ps(c0[r]);
+                f1[r] = _mm256_castsi256_ps(c1[r]);
+                continue;
+            }
+            const __m256 sar = _mm256_set1_ps(sa[r * nch + c]);
+            f0[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0[r]), _mm256_mul_ps(sar, s0), f0[r]);
+            f1[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1[r]), _mm256_mul_ps(sar, s1), f1[r]);
+        }
+    }
+    const int64_t nv = p->n - j < 16 ? p->n - j : 16;
+#pragma GCC unroll 2
+    for (int r = 0; r < MR; r++) {
+        float tmp[16];
+        void *o = jb->c32 ? (void *)(jb->c32 + (i + r) * jb->ldc + j)
+                          : (void *)(jb->c + (i + r) * jb->ldc + j);
+        float *d = nv == 16 ? (float *)o : tmp;
+        _mm256_storeu_ps(d, f0[r]);
+        _mm256_storeu_ps(d + 8, f1[r]);
+        if (d == tmp)
+            memcpy(o, tmp, (size_t)nv * 4);
+    }
+}
+
+static void vnnik4_1(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnnik(jb, i, j, 1, 4); }
+static void vnnik4_2(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnnik(jb, i, j, 2, 4); }
+static void vnnik8_1(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnnik(jb, i, j, 1, 8); }
+static void vnnik8_2(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnnik(jb, i, j, 2, 8); }
+
 static void vnni1(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnni(jb, i, j, 1); }
 static void vnni2(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnni(jb, i, j, 2); }
 static void vnni3(const ember__qjob *jb, int64_t i, int64_t j) { micro_vnni(jb, i, j, 3); }
@@ -296,6 +396,21 @@ void ember__qblock_avx2(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j
     (void)thread;
     if (i1 > jb->m)
         i1 = jb->m;
+    /* AVX-VNNI, B in K chunks (4-bit, or 8-bit with block scales) */
+    if ((jb->p->bits == 4 || jb->p->nch > 1) && ember__avx2_vnni()) {
+        const int four = jb->p->bits == 4;
+        for (int64_t j = j0; j < j1 && j < jb->p->n; j += 16)
+            for (int64_t i = i0; i < i1;) {
+                if (i1 - i >= 2) {
+                    (four ? vnnik4_2 : vnnik8_2)(jb, i, j);
+                    i += 2;
+                } else {
+                    (four ? vnnik4_1 : vnnik8_1)(jb, i, j);
+                    i += 1;
+                }
+            }
+        return;
+    }
     /* AVX-VNNI, tasks of one or two rows (decode): whole panels (1 x 4096^2: 77-85% of the
      * roofline with micro_vnni's half panels, 90-99% with these) */
     if (jb->p->bits == 8 && jb->p->nch == 1 && ember__avx2_vnni() && i1 - i0 <= 2) {
