@@ -77,7 +77,10 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
         ember__free(s);
         return st;
     }
-    snprintf(s->int8_path, sizeof s->int8_path, "cpu.%s", ember__qtier_name(ember__cpu_tier(s)));
+    /* the AVX2 tier on a CPU with AVX-VNNI multiplies bytes (qgemm_avx2.c): named so */
+    const ember__qtier tier = ember__cpu_tier(s);
+    snprintf(s->int8_path, sizeof s->int8_path, "cpu.%s%s", ember__qtier_name(tier),
+             tier == EMBER__QT_AVX2 && ember__avx2_vnni() ? "+avx_vnni" : "");
     *state = s;
     return EMBER_OK;
 }

@@ -22,7 +22,8 @@ typedef struct ember__cpu_state {
     int pin_threads;       /* pin the pool's workers to CPUs (ember_options.cpu_pin_threads) */
     long long spin_us;     /* an idle worker polls this long before it sleeps (cpu_spin_us) */
     char max_isa[32];      /* the cap asked for ("" = none) */
-    char int8_path[48];    /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2", "cpu.scalar" */
+    char int8_path[48];    /* "cpu.amx", "cpu.avx512_vnni", "cpu.avx2+avx_vnni", "cpu.avx2",
+                              "cpu.scalar" */
     void *kernels;         /* int8 kernel state (tier, thread pool): backends/cpu/qgemm*.c */
     ember__bufcache cache; /* freed tensor buffers kept for reuse */
     ember__bufcache packs; /* freed regions of large packed operands kept for reuse */
