@@ -1,8 +1,11 @@
 /* backends/cpu/qgemm_avx2.c: the AVX2 tier. Exact int32 sums need 16-bit products without
  * saturation, so B bytes are widened to s16 and multiplied with VPMADDWD against the A row's 4
  * values of the k group (also widened): each dword holds a pair sum; a final horizontal add gives
- * the column sums. Micro-kernel: MR (1..2) rows x 16 columns. Where the CPU has AVX-VNNI, 8-bit B
- * in one K chunk is multiplied as bytes instead (micro_vnni, up to 6 rows x 16 columns). */
+ * the column sums. Micro-kernel: MR (1..2) rows x 16 columns. Where the CPU has AVX-VNNI
+ * (ember__avx2_vnni), B is multiplied as bytes instead, as in the AVX-512 tier: 8-bit B in one K
+ * chunk up to 6 rows x 16 columns (micro_vnni) or, for one or two rows, whole panels
+ * (micro_vnni32); B in K chunks (4-bit, or 8-bit with block scales) up to 2 rows x 16 columns
+ * (micro_vnnik) or, for one row, whole panels (row_vnnik). */
 #include <immintrin.h>
 #include <string.h>
 
