@@ -132,6 +132,13 @@ EMBER__INLINE __m256i dpb8(__m256i acc, __m256i u, __m256i s) {
     return acc;
 }
 
+/* the 4 signed bytes at a, broadcast to every dword (the A operand of VPDPBUSD) */
+EMBER__INLINE __m256i bcast4(const int8_t *a) {
+    int32_t w;
+    __builtin_memcpy(&w, a, 4);
+    return _mm256_set1_epi32(w);
+}
+
 /* AVX-VNNI: rows [i, i + MR) (MR <= 6) x columns [j, j + 16) of 8-bit B in one K chunk. The
  * biased unsigned B bytes multiply a broadcast of 4 signed A bytes with exact int32 sums, as in
  * the AVX-512 tier: 2 x MR sums, 32 products an instruction against VPMADDWD's 16. */
@@ -157,9 +164,7 @@ EMBER__INLINE void micro_vnni(const ember__qjob *jb, int64_t i, int64_t j, const
         const __m256i v1 = _mm256_load_si256((const __m256i *)(b + kk * 32 + 32));
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
-            int32_t w;
-            __builtin_memcpy(&w, a + r * kp + kk, 4);
-            const __m256i x = _mm256_set1_epi32(w);
+            const __m256i x = bcast4(a + r * kp + kk);
             c0[r] = dpb8(c0[r], v0, x);
             c1[r] = dpb8(c1[r], v1, x);
         }
@@ -227,10 +232,7 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
             v[q] = _mm256_load_si256((const __m256i *)(w + 32 * q));
 #pragma GCC unroll 2
         for (int r = 0; r < MR; r++) {
-            int32_t w0, w1;
-            __builtin_memcpy(&w0, a + r * kp + kk, 4);
-            __builtin_memcpy(&w1, a + r * kp + kk + 4, 4);
-            const __m256i x0 = _mm256_set1_epi32(w0), x1 = _mm256_set1_epi32(w1);
+            const __m256i x0 = bcast4(a + r * kp + kk), x1 = bcast4(a + r * kp + kk + 4);
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++)
                 c[r][q] = dpb8(c[r][q], v[q], x0);
@@ -326,10 +328,7 @@ EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, cons
             }
 #pragma GCC unroll 2
             for (int r = 0; r < MR; r++) {
-                int32_t x0, x1;
-                __builtin_memcpy(&x0, a + r * kp + kk, 4);
-                __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
-                const __m256i y0 = _mm256_set1_epi32(x0), y1 = _mm256_set1_epi32(x1);
+                const __m256i y0 = bcast4(a + r * kp + kk), y1 = bcast4(a + r * kp + kk + 4);
                 c0[r] = dpb8(c0[r], l0, y0);
                 c1[r] = dpb8(c1[r], l1, y0);
                 if (MR == 1) {
@@ -397,10 +396,7 @@ EMBER__INLINE void row_vnnik(const ember__qjob *jb, int64_t i, int64_t j, const 
             if (w + 8192 + gb <= bend)
                 for (int q = 0; q < gb; q += 64)
                     _mm_prefetch((const char *)(w + 8192 + q), _MM_HINT_T1);
-            int32_t x0, x1;
-            __builtin_memcpy(&x0, a + kk, 4);
-            __builtin_memcpy(&x1, a + kk + 4, 4);
-            const __m256i y0 = _mm256_set1_epi32(x0), y1 = _mm256_set1_epi32(x1);
+            const __m256i y0 = bcast4(a + kk), y1 = bcast4(a + kk + 4);
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++) {
                 /* columns 8q..8q+7: 4-bit at (q / 2) * 64 + (q % 2) * 32, 8-bit at 32q */
