@@ -185,7 +185,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
  * e_q8 at 1024^3 / 2048^3 / 4096^3 1066 / 1065 / 1093 -> 1187 / 1152 / 1220 GOPS, M = 32 / 128 /
  * 512 x 4096^2 639 / 935 / 1057 -> 748 / 995 / 1187. The columns past n are masked (the second
  * panel may be partial). */
-EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const int MR) {
+EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
+                           const uint8_t *pf) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp;
     const int8_t *a = jb->a + i * kp;
@@ -195,6 +196,8 @@ EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const in
         c0[r] = c1[r] = c2[r] = c3[r] = _mm512_set1_epi32(-p->bias * jb->rs[i + r]);
     const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128, *b1 = b0 + (kp / 4) * 128;
     for (int64_t kk = 0; kk < kp; kk += 4) {
+        if (pf && !(kk & 4)) /* a line of the next panels every 8 k */
+            _mm_prefetch((const char *)(pf + kk * 8), _MM_HINT_T1);
         const __m512i v0 = _mm512_load_si512(b0 + kk * 32),
                       v1 = _mm512_load_si512(b0 + kk * 32 + 64);
         const __m512i v2 = _mm512_load_si512(b1 + kk * 32),
@@ -321,12 +324,24 @@ static void row8_f32(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
     row_body(jb, i, j0, j1, 8, 0);
 }
 
-static void micro64_1(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 1); }
-static void micro64_2(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 2); }
-static void micro64_3(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 3); }
-static void micro64_4(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 4); }
-static void micro64_5(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 5); }
-static void micro64_6(const ember__qjob *jb, int64_t i, int64_t j) { micro64(jb, i, j, 6); }
+static void micro64_1(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 1, pf);
+}
+static void micro64_2(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 2, pf);
+}
+static void micro64_3(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 3, pf);
+}
+static void micro64_4(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 4, pf);
+}
+static void micro64_5(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 5, pf);
+}
+static void micro64_6(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro64(jb, i, j, 6, pf);
+}
 static void micro1(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 1); }
 static void micro2(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 2); }
 static void micro3(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 3); }
@@ -352,15 +367,27 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
     /* 8-bit B in one K chunk, tasks of two rows and more: 64 columns a pass (micro64), then
      * a last lone panel as below */
     if (p->bits == 8 && p->nch == 1 && i1 - i0 >= 2) {
-        static void (*const f64[7])(const ember__qjob *, int64_t, int64_t) = {
+        static void (*const f64[7])(const ember__qjob *, int64_t, int64_t, const uint8_t *) = {
             NULL, micro64_1, micro64_2, micro64_3, micro64_4, micro64_5, micro64_6};
-        for (; j + 32 < j1 && j + 32 < p->n; j += 64)
-            for (int64_t i = i0; i < i1;) {
+        const int64_t pair = p->kp * 64, per = p->kp * 8; /* two panels' bytes; a group's slice */
+        const int64_t bbytes = (p->np / 32) * (p->kp / 4) * 128; /* all of B's values */
+        /* Each row group fetches the next two panels' bytes into L2, a slice each (a line per 8 k,
+         * kp * 8 bytes: the pair's 64 * kp bytes by the eighth group), so that the pass after
+         * this one does not start on B from L3: read at the kernel's rate, its first row group
+         * wanted ~75 GB/s from L3 on one thread. bench_qgemm, VNNI tier, 2 threads, three
+         * alternations: 2048^3 1153-1249 -> 1239-1364 GOPS, 512 x 4096^2 1152-1186 -> 1241-1371
+         * (one thread at 2048^3: 580-625 -> 633-656). */
+        for (; j + 32 < j1 && j + 32 < p->n; j += 64) {
+            const int64_t next = (j / 32 + 2) * (p->kp / 4) * 128; /* offset of the next pair */
+            int64_t g = 0;
+            for (int64_t i = i0; i < i1; g++) {
                 int64_t r = i1 - i;
                 int mr = r >= 6 ? 6 : (int)r;
-                f64[mr](jb, i, j);
+                const int64_t off = next + g * per;
+                f64[mr](jb, i, j, g * per < pair && off + per <= bbytes ? p->b + off : NULL);
                 i += mr;
             }
+        }
     }
     for (; j < j1 && j < jb->p->n; j += 32)
         for (int64_t i = i0; i < i1;) {
