@@ -1049,6 +1049,47 @@ static ember_qscheme fq_scheme(int kind, int64_t k, int64_t n) {
     return s;
 }
 
+/* A decode row of the fused path (one lhs row against tasks of 256 full columns of 8-bit weights
+ * with one scale block along K) reads each K row of a task at once: its outputs must be the
+ * first row of the same product with a second lhs row (the 4-row group path), bit for bit, for a
+ * scale per matrix, per column, a ragged last task and schemes that keep the group path. */
+static void test_fq_decode_row(void) {
+    ember_context *ctx = tu_cpu_context();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    static const int kinds[] = {0, 1, 8, 2}; /* per matrix, per column, Q8F, F16 blocks of 32 */
+    const int64_t k = 224, n = 552;          /* two full tasks and one of 40 columns */
+    for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+        ember_qscheme s = fq_scheme(kinds[q], k, n);
+        ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+        TU_OK(ember_quantize(wf, &s, &w));
+        ember_tensor_free(wf);
+        ember_tensor *x2 = mk_f32(ctx, 2, (int64_t[]){2, k}, -1.0f, 1.0f), *x1 = NULL;
+        float *xs = malloc((size_t)(2 * k) * 4);
+        TU_OK(ember_tensor_read(x2, xs, (size_t)(2 * k) * 4));
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){1, k}, xs, &x1));
+        ember_tensor *y1 = NULL, *y2 = NULL;
+        TU_OK(ember_q_matmul(x1, w, &y1));
+        TU_OK(ember_q_matmul(x2, w, &y2));
+        float *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)(2 * n) * 4);
+        TU_OK(ember_tensor_read(y1, o1, (size_t)n * 4));
+        TU_OK(ember_tensor_read(y2, o2, (size_t)(2 * n) * 4));
+        CU_ASSERT(memcmp(o1, o2, (size_t)n * 4) == 0);
+        int64_t cells;
+        double *ref = reference(x1, w, &cells);
+        CU_ASSERT(max_rel_err(y1, ref, cells) < 1e-5);
+        free(ref);
+        free(xs);
+        free(o1);
+        free(o2);
+        ember_tensor_free(x1);
+        ember_tensor_free(x2);
+        ember_tensor_free(y1);
+        ember_tensor_free(y2);
+        ember_tensor_free(w);
+    }
+    ember_context_destroy(ctx);
+}
+
 static void test_fq_fused(void) {
     ember_context *ctx = tu_cpu_context();
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
@@ -1817,6 +1858,7 @@ int main(void) {
         {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"(F,Q) few rows: the fused float path", test_fq_fused},
+        {"(F,Q) a decode row: whole rows of a task, the group path's results", test_fq_decode_row},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},
         {"first calls on B as stored: allocation failures", test_direct_oom},
         {"cpu_max_isa caps the tier, describe names it", test_tier_cap},
