@@ -126,19 +126,17 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
             _mm512_store_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t, c[r][t]);
 }
 
-/* Rows of the weights this far ahead are fetched by the decode row below (a K row of a task is
- * 256 bytes, the next one ldb bytes on) */
-#define FQ_ROW_PF 96
-
 /* One row of the lhs against a task of 256 full columns of 8-bit weights with one scale block
  * along K (one scale for the matrix, or f32 scales per column): each K row's 256 bytes at once,
  * into 16 sums, with the same products in the same order as group() (so the same results). The
- * weights are read once, a row of the task after the other, instead of four times a line; their
- * lines are fetched FQ_ROW_PF rows ahead. Measured (public API, 1 x 4096^2 Q8S per tensor,
- * 2 threads, calls back to back, medians of 200, two alternations): group() 598-629 us, this
- * with the fetch 16 / 32 / 64 / 96 / 128 / 192 rows ahead 593 / 575 / 497-512 / 462-492 /
- * 499-521 / 529-554 us. Dequantizing and multiplying (4 instructions per 16 weights on the two
- * vector ports) holds it near 8 bytes a cycle a thread. */
+ * weights are read once, a row of the task after the other, instead of four times a line.
+ * Measured (1 x 4096^2 and 1 x 11008 x 4096 Q8S per tensor, 2 threads, three alternations with
+ * the build before): bench_matmul (2 ms idle before each call, the weights from memory) 1.22-1.38
+ * -> 1.12-1.19 and 3.01-3.05 -> 2.70-2.91 ms; public-API calls back to back (medians of 200)
+ * 633-645 -> 548-564 us at 1 x 4096^2. The row fetched only 96 rows ahead into L1 was faster back
+ * to back (462-497 us) but slower from memory (1.39-1.45 and 3.58-3.68 ms: sixteen L1 fill
+ * buffers bound the fetches). Dequantizing and multiplying (4 instructions per 16 weights on
+ * the two vector ports) holds it near 8 bytes a cycle a thread. */
 static void row1_q8(const ember__fq_job *jb, int64_t j0) {
     const int64_t k = jb->k, ldb = jb->ldb;
     const int percol = jb->bn == 1;
@@ -151,10 +149,16 @@ static void row1_q8(const ember__fq_job *jb, int64_t j0) {
         c[t] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < k; kk++) {
         const uint8_t *q = jb->b + kk * ldb + j0;
-        if (kk + FQ_ROW_PF < k)
+        /* the whole K row FQ_PF2 rows ahead into L2 and FQ_PF rows ahead into L1, as group()
+         * fetches it */
+        if (kk + FQ_PF2 < k)
 #pragma GCC unroll 4
             for (int l = 0; l < 4; l++)
-                _mm_prefetch((const char *)(q + FQ_ROW_PF * ldb + 64 * l), _MM_HINT_T0);
+                _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
+        if (kk + FQ_PF < k)
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++)
+                _mm_prefetch((const char *)(q + FQ_PF * ldb + 64 * l), _MM_HINT_T0);
         const __m512 x = _mm512_set1_ps(jb->a[kk]);
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++) {
