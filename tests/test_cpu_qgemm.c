@@ -1049,20 +1049,22 @@ static ember_qscheme fq_scheme(int kind, int64_t k, int64_t n) {
     return s;
 }
 
-/* A decode row of the fused path (one lhs row against tasks of 256 full columns of 8-bit weights
- * with one scale block along K) reads each K row of a task at once: its outputs must be the
- * first row of the same product with a second lhs row (the 4-row group path), bit for bit, for a
- * scale per matrix, per column, a ragged last task and schemes that keep the group path. */
+/* A decode row of the fused path (one lhs row against a task of 256 full columns) reads each K
+ * row of the task at once: its outputs must be the first row of the same product with a second
+ * lhs row (the 4-row group path), bit for bit, for 8- and 4-bit weights, a scale per matrix, per
+ * column, per block along K (f16, bf16, two-level, decoded UE4M3), and a ragged last task. */
 static void test_fq_decode_row(void) {
     ember_context *ctx = tu_cpu_context();
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
-    static const int kinds[] = {0, 1, 8, 2}; /* per matrix, per column, Q8F, F16 blocks of 32 */
-    const int64_t k = 224, n = 552;          /* two full tasks and one of 40 columns */
+    static const int kinds[] = {0, 1, 2, 3, 5, 6, 8, 9, 10, 11}; /* fq_scheme's */
+    const int64_t k = 192, n = 552; /* two full tasks and one of 40 columns */
+    int tested = 0;
     for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
         ember_qscheme s = fq_scheme(kinds[q], k, n);
         ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
         TU_OK(ember_quantize(wf, &s, &w));
         ember_tensor_free(wf);
+        tested++;
         ember_tensor *x2 = mk_f32(ctx, 2, (int64_t[]){2, k}, -1.0f, 1.0f), *x1 = NULL;
         float *xs = malloc((size_t)(2 * k) * 4);
         TU_OK(ember_tensor_read(x2, xs, (size_t)(2 * k) * 4));
@@ -1087,6 +1089,7 @@ static void test_fq_decode_row(void) {
         ember_tensor_free(y2);
         ember_tensor_free(w);
     }
+    CU_ASSERT_EQUAL(tested, 10);
     ember_context_destroy(ctx);
 }
 

@@ -126,46 +126,76 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
             _mm512_store_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t, c[r][t]);
 }
 
-/* One row of the lhs against a task of 256 full columns of 8-bit weights with one scale block
- * along K (one scale for the matrix, or f32 scales per column): each K row's 256 bytes at once,
- * into 16 sums, with the same products in the same order as group() (so the same results). The
- * weights are read once, a row of the task after the other, instead of four times a line.
- * Measured (1 x 4096^2 and 1 x 11008 x 4096 Q8S per tensor, 2 threads, three alternations with
- * the build before): bench_matmul (2 ms idle before each call, the weights from memory) 1.22-1.38
- * -> 1.12-1.19 and 3.01-3.05 -> 2.70-2.91 ms; public-API calls back to back (medians of 200)
- * 633-645 -> 548-564 us at 1 x 4096^2. The row fetched only 96 rows ahead into L1 was faster back
- * to back (462-497 us) but slower from memory (1.39-1.45 and 3.58-3.68 ms: sixteen L1 fill
- * buffers bound the fetches). Dequantizing and multiplying (4 instructions per 16 weights on
- * the two vector ports) holds it near 8 bytes a cycle a thread. */
-static void row1_q8(const ember__fq_job *jb, int64_t j0) {
+/* One row of the lhs against a task of 256 full columns (a decode row): each K row's bytes of the
+ * task at once (256 of 8-bit values, 128 of 4-bit), into 16 sums, with the same products in the
+ * same order as group() (so the same results); the scales of the current block along K are
+ * made once per block into sb, as group() makes them. The weights are read once, a row of the
+ * task after the other, instead of four times a line. Measured (2 threads, the build before and
+ * this alternated):
+ * - 1 x 4096^2 Q8S per tensor, bench_matmul (2 ms idle before each call, the weights from
+ *   memory): 1.22-1.38 -> 1.12-1.19 ms; 1 x 11008 x 4096 3.01-3.05 -> 2.70-2.91 ms.
+ * - Public-API calls back to back (medians of 200), 1 x 4096^2: Q8S per tensor 620-685 -> 500-546
+ *   us; Q8S blocks of 32 (f16 scales) 653-689 -> 545-586; Q4S blocks of 32 (f16) 703-764 ->
+ *   641-679 (eight alternations; one outlier of 818).
+ * - The row fetched only 96 rows ahead into L1 was faster back to back (462-497 us, Q8S per
+ *   tensor) but slower from memory (1.39-1.45 and 3.58-3.68 ms: sixteen L1 fill buffers bound
+ *   its fetches).
+ * Dequantizing and multiplying (VPMOVSXBD, VCVTDQ2PS, VMULPS, VFMADD: four instructions per 16
+ * weights on the two vector ports; 4-bit adds the nibbles' spreading) holds it near 8 bytes a
+ * cycle a thread for 8-bit. */
+static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, int64_t j0,
+                                                       const int bits) {
     const int64_t k = jb->k, ldb = jb->ldb;
-    const int percol = jb->bn == 1;
-    const float *sc = (const float *)jb->sc + j0;
-    const __m512 s1 = percol ? _mm512_setzero_ps()
-                             : _mm512_permutexvar_ps(_mm512_setzero_si512(), scales16(jb, 0, 1));
+    const int lines = bits * 256 / 8 / 64; /* a K row of the task: 4 lines (8-bit) or 2 */
+    const __mmask16 all[4] = {0xffff, 0xffff, 0xffff, 0xffff};
+    const __mmask32 all32 = (__mmask32)0xffffffffu;
+    float sb[256] __attribute__((aligned(64))); /* the scales of the current K block */
     __m512 c[16];
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++)
         c[t] = _mm512_setzero_ps();
+    int64_t kb = -1, next = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-        const uint8_t *q = jb->b + kk * ldb + j0;
+        if (kk == next) { /* a new scale block along K */
+            kb++;
+            next += jb->bk;
+            for (int g = 0; g < 4; g++) {
+                __m512 sg[4];
+                scales(jb, kb, j0 + 64 * g, all, sg);
+                for (int t = 0; t < 4; t++)
+                    _mm512_store_ps(sb + 64 * g + 16 * t, sg[t]);
+            }
+        }
+        const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j0 : j0 / 2);
         /* the whole K row FQ_PF2 rows ahead into L2 and FQ_PF rows ahead into L1, as group()
          * fetches it */
         if (kk + FQ_PF2 < k)
-#pragma GCC unroll 4
-            for (int l = 0; l < 4; l++)
+            for (int l = 0; l < lines; l++)
                 _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
         if (kk + FQ_PF < k)
-#pragma GCC unroll 4
-            for (int l = 0; l < 4; l++)
+            for (int l = 0; l < lines; l++)
                 _mm_prefetch((const char *)(q + FQ_PF * ldb + 64 * l), _MM_HINT_T0);
         const __m512 x = _mm512_set1_ps(jb->a[kk]);
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++) {
-            const __m512 v = _mm512_cvtepi32_ps(
-                _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * t))));
-            const __m512 w = _mm512_mul_ps(percol ? _mm512_loadu_ps(sc + 16 * t) : s1, v);
-            c[t] = _mm512_fmadd_ps(x, w, c[t]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m128i v[4];
+            if (bits == 8) {
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    v[t] = _mm_loadu_si128((const __m128i *)(q + 64 * g + 16 * t));
+            } else {
+                const __m512i y = nibbles64(q + 32 * g, all32);
+                v[0] = _mm512_castsi512_si128(y);
+                v[1] = _mm512_extracti32x4_epi32(y, 1);
+                v[2] = _mm512_extracti32x4_epi32(y, 2);
+                v[3] = _mm512_extracti32x4_epi32(y, 3);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                const __m512 w = _mm512_mul_ps(_mm512_load_ps(sb + 64 * g + 16 * t),
+                                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v[t])));
+                c[4 * g + t] = _mm512_fmadd_ps(x, w, c[4 * g + t]);
+            }
         }
     }
 #pragma GCC unroll 16
@@ -176,9 +206,11 @@ static void row1_q8(const ember__fq_job *jb, int64_t j0) {
 void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
     if (j1 > jb->n)
         j1 = jb->n;
-    if (jb->m == 1 && jb->bits == 8 && jb->bk >= jb->k && j1 - j0 == 256 &&
-        (jb->bn != 1 || (jb->sd == EMBER_SCALE_F32 && !jb->two_level))) {
-        row1_q8(jb, j0);
+    if (jb->m == 1 && j1 - j0 == 256) { /* a decode row, a task of full columns */
+        if (jb->bits == 8)
+            row1(jb, j0, 8);
+        else
+            row1(jb, j0, 4);
         return;
     }
     const int64_t m = jb->m, k = jb->k, n = jb->n;
