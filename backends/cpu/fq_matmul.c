@@ -122,8 +122,11 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     } else if (two_level) {
         glob = ember__scale_decode((const uint8_t *)b->buf + L->global_offset, EMBER_SCALE_F32);
     }
-    const int vec =
-        ember__cpu_tier(s) >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512);
+    const ember__qtier tier = ember__cpu_tier(s);
+    void (*const cols)(const ember__fq_job *, int64_t, int64_t) =
+        tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512) ? ember__fq_cols_avx512
+        : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2)   ? ember__fq_cols_avx2
+                                                                             : ember__fq_cols_c;
     fq_run r = {{NULL, NULL, ldb, bits, sc, sd, two_level, glob, m, n, k, bk, bn, nbn, NULL},
                 g,
                 (const float *)a->buf,
@@ -131,7 +134,7 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                 (float *)out->buf,
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
                 sstride,
-                vec ? ember__fq_cols_avx512 : ember__fq_cols_c};
+                cols};
     ember__cpu_parallel_for(s, g->batch * r.col_tasks, fq_task, &r);
     ember__free(eff);
     return EMBER_OK;

@@ -44,6 +44,8 @@ typedef struct ember__fq_job {
 /* Columns [j0, j1) of the job (j0 a multiple of 64), every row: portable C and AVX-512. */
 void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);
 void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
+/* The same on AVX2 (any j0 multiple of 32): the AVX-512 kernel's results, bit for bit. */
+void ember__fq_cols_avx2(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
  * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights whose
