@@ -4,8 +4,8 @@
  * the column sums. Micro-kernel: MR (1..2) rows x 16 columns. Where the CPU has AVX-VNNI
  * (ember__avx2_vnni), B is multiplied as bytes instead, as in the AVX-512 tier: 8-bit B in one K
  * chunk up to 6 rows x 16 columns (micro_vnni) or, for one or two rows, whole panels
- * (micro_vnni32); B in K chunks (4-bit, or 8-bit with block scales) up to 2 rows x 16 columns
- * (micro_vnnik) or, for one row, whole panels (row_vnnik). */
+ * (micro_vnni32); B in K chunks (4-bit, or 8-bit with block scales) 4 rows x 16 columns
+ * (micro_vnnik4), then 2 or 1 (micro_vnnik) or, for one row, whole panels (row_vnnik). */
 #include <immintrin.h>
 #include <string.h>
 
