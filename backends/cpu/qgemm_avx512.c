@@ -47,7 +47,8 @@ EMBER__INLINE void b_prefetch(const ember__qpack *p, const uint8_t *w, int64_t b
 }
 
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
-EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int MR) {
+EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
+                         const uint8_t *pf) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int8_t *a = jb->a + i * kp;
@@ -96,6 +97,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
         } else if (p->bits == 8) {
             const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
             for (int64_t kk = k0; kk < k1; kk += 4) {
+                if (pf && !(kk & 15)) /* a line of the next panel every 16 k */
+                    _mm_prefetch((const char *)(pf + kk * 4), _MM_HINT_T1);
                 __m512i v0 = _mm512_load_si512(b0 + kk * 32);
                 __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
 #pragma GCC unroll 6
@@ -111,6 +114,8 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
             const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
             for (int64_t kk = k0; kk < k1; kk += 8) {
                 b_prefetch(p, b0 + kk * 16, bbytes);
+                if (pf && !(kk & 31)) /* a line of the next panel every 32 k */
+                    _mm_prefetch((const char *)(pf + kk * 2), _MM_HINT_T1);
                 __m512i w0 = _mm512_load_si512(b0 + kk * 16);
                 __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
                 __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
@@ -342,18 +347,30 @@ static void micro64_5(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t
 static void micro64_6(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
     micro64(jb, i, j, 6, pf);
 }
-static void micro1(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 1); }
-static void micro2(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 2); }
-static void micro3(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 3); }
-static void micro4(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 4); }
-static void micro5(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 5); }
-static void micro6(const ember__qjob *jb, int64_t i, int64_t j) { micro(jb, i, j, 6); }
+static void micro1(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 1, pf);
+}
+static void micro2(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 2, pf);
+}
+static void micro3(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 3, pf);
+}
+static void micro4(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 4, pf);
+}
+static void micro5(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 5, pf);
+}
+static void micro6(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
+    micro(jb, i, j, 6, pf);
+}
 
 void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread) {
     (void)thread;
-    static void (*const fns[7])(const ember__qjob *, int64_t,
-                                int64_t) = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
+    static void (*const fns[7])(const ember__qjob *, int64_t, int64_t, const uint8_t *) = {
+        NULL, micro1, micro2, micro3, micro4, micro5, micro6};
     if (i1 > jb->m)
         i1 = jb->m;
     const ember__qpack *p = jb->p;
@@ -389,14 +406,24 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             }
         }
     }
-    for (; j < j1 && j < jb->p->n; j += 32)
-        for (int64_t i = i0; i < i1;) {
+    /* 32 columns a pass; as above, each row group of a pass fetches a slice of the next panel
+     * (an eighth of it) into L2. VNNI tier, 2 threads, three alternations: e_q8b (blocks of 32)
+     * at 512 x 4096^2 652-679 -> 802-812 GOPS, at 2048^3 707-732 -> 754-804; e_q4 736-761 ->
+     * 770-798 and level at 2048^3. */
+    const int64_t panel = p->kp * (p->bits == 8 ? 32 : 16), slice = panel / 8;
+    const int64_t pbytes = (p->np / 32) * panel; /* all of B's values */
+    for (; j < j1 && j < jb->p->n; j += 32) {
+        const int64_t next = (j / 32 + 1) * panel;
+        int64_t g = 0;
+        for (int64_t i = i0; i < i1; g++) {
             int64_t r = i1 - i;
             int mr = r >= 6 ? 6 : (int)r;
-            /* prefer 4 + 4 over 6 + 2 at the tail: same work, fewer registers spilled */
-            fns[mr](jb, i, j);
+            const int64_t off = next + g * slice;
+            const int pfon = mr > 1 && g < 8 && off + slice <= pbytes;
+            fns[mr](jb, i, j, pfon ? p->b + off : NULL);
             i += mr;
         }
+    }
 }
 
 /* Register-only VPDPBUSD zmm loop for the peak microbenchmark: returns the int8 ops done. */
