@@ -281,12 +281,36 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
     }
 }
 
+/* The operands of a k group of 8 at w for one 16-column half of a panel of B in K chunks: l0 /
+ * l1 multiply A's k 0-3 (columns 0-7 / 8-15), h0 / h1 its k 4-7. 4-bit: one byte holds k 0-3 in
+ * its low nibble and k 4-7 in its high one (masked, the high ones shifted down); 8-bit: two 4-k
+ * groups 128 bytes apart. The group's bytes 8 KiB ahead (up to bend) are fetched into L2. */
+EMBER__INLINE void kgroup16(const uint8_t *w, const uint8_t *bend, const int bits, __m256i *l0,
+                            __m256i *l1, __m256i *h0, __m256i *h1) {
+    const int64_t gb = bits * 32; /* bytes of a k group of 8, both halves */
+    if (w + 8192 + gb <= bend)
+        for (int q = 0; q < gb; q += 64)
+            _mm_prefetch((const char *)(w + 8192 + q), _MM_HINT_T1);
+    if (bits == 4) {
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
+        const __m256i w0 = _mm256_load_si256((const __m256i *)w);
+        const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
+        *l0 = _mm256_and_si256(w0, m4);
+        *l1 = _mm256_and_si256(w1, m4);
+        *h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
+        *h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
+    } else {
+        *l0 = _mm256_load_si256((const __m256i *)w);
+        *l1 = _mm256_load_si256((const __m256i *)(w + 32));
+        *h0 = _mm256_load_si256((const __m256i *)(w + 128));
+        *h1 = _mm256_load_si256((const __m256i *)(w + 160));
+    }
+}
+
 /* AVX-VNNI, B in K chunks (4-bit, or 8-bit with block scales): rows [i, i + MR) (MR <= 2) x
  * columns [j, j + 16), each chunk's sums scaled into float accumulators as micro does (the same
- * float operations, so the same results). A k group of 8 is two operand pairs per column half:
- * 4-bit, one byte holds k 0-3 in its low nibble and k 4-7 in its high one (masked, the high ones
- * shifted down); 8-bit, two 4-k groups 128 bytes apart. One row keeps the two pairs in separate
- * sums (four chains). */
+ * float operations, so the same results). A k group of 8 is two operand pairs per column half
+ * (kgroup16). One row keeps the two pairs in separate sums (four chains). */
 EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
                                const int bits) {
     const ember__qpack *p = jb->p;
@@ -294,7 +318,6 @@ EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, cons
     const int8_t *a = jb->a + i * kp;
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 f0[2], f1[2];
 #pragma GCC unroll 2
     for (int r = 0; r < MR; r++)
@@ -308,24 +331,8 @@ EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, cons
         for (int r = 0; r < MR; r++)
             c0[r] = c1[r] = _mm256_set1_epi32(-p->bias * rs[r * nch + c]);
         for (int64_t kk = c * kc; kk < (c + 1) * kc; kk += 8) {
-            const uint8_t *w = b + (kk / 8) * gb;
-            if (w + 8192 + gb <= bend)
-                for (int q = 0; q < gb; q += 64)
-                    _mm_prefetch((const char *)(w + 8192 + q), _MM_HINT_T1);
             __m256i l0, l1, h0, h1;
-            if (bits == 4) {
-                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
-                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
-                l0 = _mm256_and_si256(w0, m4);
-                l1 = _mm256_and_si256(w1, m4);
-                h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
-                h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
-            } else {
-                l0 = _mm256_load_si256((const __m256i *)w);
-                l1 = _mm256_load_si256((const __m256i *)(w + 32));
-                h0 = _mm256_load_si256((const __m256i *)(w + 128));
-                h1 = _mm256_load_si256((const __m256i *)(w + 160));
-            }
+            kgroup16(b + (kk / 8) * gb, bend, bits, &l0, &l1, &h0, &h1);
 #pragma GCC unroll 2
             for (int r = 0; r < MR; r++) {
                 const __m256i y0 = bcast4(a + r * kp + kk), y1 = bcast4(a + r * kp + kk + 4);
@@ -445,7 +452,6 @@ EMBER__INLINE void micro_vnnik4(const ember__qjob *jb, int64_t i, int64_t j, con
     const int8_t *a = jb->a + i * kp;
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     float fb[4][16] __attribute__((aligned(32)));
     memset(fb, 0, sizeof fb);
     const int64_t gb = bits * 32; /* bytes of a k group of 8, both halves */
@@ -457,24 +463,8 @@ EMBER__INLINE void micro_vnnik4(const ember__qjob *jb, int64_t i, int64_t j, con
         for (int r = 0; r < 4; r++)
             c0[r] = c1[r] = _mm256_set1_epi32(-p->bias * rs[r * nch + c]);
         for (int64_t kk = c * kc; kk < (c + 1) * kc; kk += 8) {
-            const uint8_t *w = b + (kk / 8) * gb;
-            if (w + 8192 + gb <= bend)
-                for (int q = 0; q < gb; q += 64)
-                    _mm_prefetch((const char *)(w + 8192 + q), _MM_HINT_T1);
             __m256i l0, l1, h0, h1;
-            if (bits == 4) {
-                const __m256i w0 = _mm256_load_si256((const __m256i *)w);
-                const __m256i w1 = _mm256_load_si256((const __m256i *)(w + 32));
-                l0 = _mm256_and_si256(w0, m4);
-                l1 = _mm256_and_si256(w1, m4);
-                h0 = _mm256_and_si256(_mm256_srli_epi16(w0, 4), m4);
-                h1 = _mm256_and_si256(_mm256_srli_epi16(w1, 4), m4);
-            } else {
-                l0 = _mm256_load_si256((const __m256i *)w);
-                l1 = _mm256_load_si256((const __m256i *)(w + 32));
-                h0 = _mm256_load_si256((const __m256i *)(w + 128));
-                h1 = _mm256_load_si256((const __m256i *)(w + 160));
-            }
+            kgroup16(b + (kk / 8) * gb, bend, bits, &l0, &l1, &h0, &h1);
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
                 const __m256i y0 = bcast4(a + r * kp + kk), y1 = bcast4(a + r * kp + kk + 4);
