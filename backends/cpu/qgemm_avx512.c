@@ -46,9 +46,19 @@ EMBER__INLINE void b_prefetch(const ember__qpack *p, const uint8_t *w, int64_t b
     }
 }
 
+/* The first row group of a pass (lead) reads B from memory, where a decode-sized product or the
+ * first pass over a panel finds it: it fetches its own stream this far ahead into L1, two lines
+ * per 128 bytes it reads. The next-panel slices (pf) cover only an eighth of a panel per row group,
+ * so with fewer than eight groups most of a panel came at the loads' demand. bench_qgemm --shape
+ * M,4096,4096 on a Zen 5 (VNNI tier, 2 threads), without and with, alternated, e_q8 GOPS: M = 8
+ * 593-628 -> 687-719 (61-64% -> 67-76% of the in-round roofline), M = 4 356-380 -> 360-409
+ * (72-76% -> 81-87%), M = 32 1226-1283 -> 1296-1351; M = 128 level; e_q8b at M = 8 413-438 ->
+ * 460-492. 3 KiB and 4 KiB ahead read level, 1 and 8 KiB lower; L2 as the target level. */
+#define B_LEAD_BYTES 4096
+
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
 EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
-                         const uint8_t *pf) {
+                         const uint8_t *pf, const int lead) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int8_t *a = jb->a + i * kp;
@@ -99,6 +109,10 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
             for (int64_t kk = k0; kk < k1; kk += 4) {
                 if (pf && !(kk & 15)) /* a line of the next panel every 16 k */
                     _mm_prefetch((const char *)(pf + kk * 4), _MM_HINT_T1);
+                if (lead) {
+                    _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
+                }
                 __m512i v0 = _mm512_load_si512(b0 + kk * 32);
                 __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
 #pragma GCC unroll 6
@@ -184,57 +198,78 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     }
 }
 
-/* rows [i, i + MR) x columns [j, j + 64): two 32-column panels of 8-bit B in one K chunk, 4 x MR
- * sums (24 registers at MR = 6), so each broadcast of A feeds four products instead of two.
- * Against micro's 32 columns (both with dpb; bench_qgemm, VNNI tier, 2 threads, one run each):
- * e_q8 at 1024^3 / 2048^3 / 4096^3 1066 / 1065 / 1093 -> 1187 / 1152 / 1220 GOPS, M = 32 / 128 /
- * 512 x 4096^2 639 / 935 / 1057 -> 748 / 995 / 1187. The columns past n are masked (the second
- * panel may be partial). */
-EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
-                           const uint8_t *pf) {
+/* rows [i, i + MR) x columns [j, j + 32 * NP): NP (1 or 2) 32-column panels of 8-bit B in one K
+ * chunk, 2 * NP x MR sums. NP = 2 (MR <= 6: 24 registers) makes each broadcast of A feed four
+ * products instead of two. Against micro's 32 columns (both with dpb; bench_qgemm, VNNI tier, 2
+ * threads, one run each): e_q8 at 1024^3 / 2048^3 / 4096^3 1066 / 1065 / 1093 -> 1187 / 1152 /
+ * 1220 GOPS, M = 32 / 128 / 512 x 4096^2 639 / 935 / 1057 -> 748 / 995 / 1187. NP = 1 takes 7 or 8
+ * rows (16 sums) in one pass over B where two row groups of 64 columns would read each panel
+ * twice (the second time without any transfer from memory under it). The columns past n are
+ * masked (the second panel may be partial). */
+EMBER__INLINE void microw(const ember__qjob *jb, int64_t i, int64_t j, const int MR, const int NP,
+                          const uint8_t *pf, const int lead) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp;
     const int8_t *a = jb->a + i * kp;
-    __m512i c0[6], c1[6], c2[6], c3[6];
-#pragma GCC unroll 6
+    __m512i c0[8], c1[8], c2[8], c3[8];
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
         c0[r] = c1[r] = c2[r] = c3[r] = _mm512_set1_epi32(-p->bias * jb->rs[i + r]);
     const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128, *b1 = b0 + (kp / 4) * 128;
     for (int64_t kk = 0; kk < kp; kk += 4) {
         if (pf && !(kk & 4)) /* a line of the next panels every 8 k */
             _mm_prefetch((const char *)(pf + kk * 8), _MM_HINT_T1);
+        if (lead) {
+            _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
+            if (NP == 2) {
+                _mm_prefetch((const char *)(b1 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b1 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
+            }
+        }
         const __m512i v0 = _mm512_load_si512(b0 + kk * 32),
                       v1 = _mm512_load_si512(b0 + kk * 32 + 64);
-        const __m512i v2 = _mm512_load_si512(b1 + kk * 32),
-                      v3 = _mm512_load_si512(b1 + kk * 32 + 64);
-#pragma GCC unroll 6
+        __m512i v2 = v0, v3 = v1;
+        if (NP == 2) {
+            v2 = _mm512_load_si512(b1 + kk * 32);
+            v3 = _mm512_load_si512(b1 + kk * 32 + 64);
+        }
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             int32_t w;
             __builtin_memcpy(&w, a + r * kp + kk, 4);
             const __m512i x = _mm512_set1_epi32(w);
             c0[r] = dpb(c0[r], v0, x);
             c1[r] = dpb(c1[r], v1, x);
-            c2[r] = dpb(c2[r], v2, x);
-            c3[r] = dpb(c3[r], v3, x);
+            if (NP == 2) {
+                c2[r] = dpb(c2[r], v2, x);
+                c3[r] = dpb(c3[r], v3, x);
+            }
         }
     }
     const int64_t nv = p->n - j;
     const __mmask16 k0 = ember__tail_mask16(nv), k1 = ember__tail_mask16(nv - 16),
                     k2 = ember__tail_mask16(nv - 32), k3 = ember__tail_mask16(nv - 48);
     if (jb->c32) {
-#pragma GCC unroll 6
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
             _mm512_mask_storeu_epi32(o, k0, c0[r]);
             _mm512_mask_storeu_epi32(o + 16, k1, c1[r]);
-            _mm512_mask_storeu_epi32(o + 32, k2, c2[r]);
-            _mm512_mask_storeu_epi32(o + 48, k3, c3[r]);
+            if (NP == 2) {
+                _mm512_mask_storeu_epi32(o + 32, k2, c2[r]);
+                _mm512_mask_storeu_epi32(o + 48, k3, c3[r]);
+            }
         }
         return;
     }
-    const __m512 s0 = load_scales(p, 0, j), s1 = load_scales(p, 0, j + 16),
-                 s2 = load_scales(p, 0, j + 32), s3 = load_scales(p, 0, j + 48);
-#pragma GCC unroll 6
+    const __m512 s0 = load_scales(p, 0, j), s1 = load_scales(p, 0, j + 16);
+    __m512 s2 = s0, s3 = s1;
+    if (NP == 2) {
+        s2 = load_scales(p, 0, j + 32);
+        s3 = load_scales(p, 0, j + 48);
+    }
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         const __m512 sar = _mm512_set1_ps(jb->sa[i + r]);
         float *o = jb->c + (i + r) * jb->ldc + j;
@@ -242,10 +277,12 @@ EMBER__INLINE void micro64(const ember__qjob *jb, int64_t i, int64_t j, const in
                               _mm512_mul_ps(_mm512_cvtepi32_ps(c0[r]), _mm512_mul_ps(sar, s0)));
         _mm512_mask_storeu_ps(o + 16, k1,
                               _mm512_mul_ps(_mm512_cvtepi32_ps(c1[r]), _mm512_mul_ps(sar, s1)));
-        _mm512_mask_storeu_ps(o + 32, k2,
-                              _mm512_mul_ps(_mm512_cvtepi32_ps(c2[r]), _mm512_mul_ps(sar, s2)));
-        _mm512_mask_storeu_ps(o + 48, k3,
-                              _mm512_mul_ps(_mm512_cvtepi32_ps(c3[r]), _mm512_mul_ps(sar, s3)));
+        if (NP == 2) {
+            _mm512_mask_storeu_ps(o + 32, k2, _mm512_mul_ps(_mm512_cvtepi32_ps(c2[r]),
+                                                            _mm512_mul_ps(sar, s2)));
+            _mm512_mask_storeu_ps(o + 48, k3, _mm512_mul_ps(_mm512_cvtepi32_ps(c3[r]),
+                                                            _mm512_mul_ps(sar, s3)));
+        }
     }
 }
 
@@ -329,48 +366,30 @@ static void row8_f32(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1) {
     row_body(jb, i, j0, j1, 8, 0);
 }
 
-static void micro64_1(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 1, pf);
-}
-static void micro64_2(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 2, pf);
-}
-static void micro64_3(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 3, pf);
-}
-static void micro64_4(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 4, pf);
-}
-static void micro64_5(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 5, pf);
-}
-static void micro64_6(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro64(jb, i, j, 6, pf);
-}
-static void micro1(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 1, pf);
-}
-static void micro2(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 2, pf);
-}
-static void micro3(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 3, pf);
-}
-static void micro4(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 4, pf);
-}
-static void micro5(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 5, pf);
-}
-static void micro6(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf) {
-    micro(jb, i, j, 6, pf);
-}
+typedef void (*micro_fn)(const ember__qjob *, int64_t, int64_t, const uint8_t *, int);
+#define MICRO_FN(name, body)                                                                       \
+    static void name(const ember__qjob *jb, int64_t i, int64_t j, const uint8_t *pf, int lead) {   \
+        body;                                                                                      \
+    }
+MICRO_FN(micro64_1, microw(jb, i, j, 1, 2, pf, lead))
+MICRO_FN(micro64_2, microw(jb, i, j, 2, 2, pf, lead))
+MICRO_FN(micro64_3, microw(jb, i, j, 3, 2, pf, lead))
+MICRO_FN(micro64_4, microw(jb, i, j, 4, 2, pf, lead))
+MICRO_FN(micro64_5, microw(jb, i, j, 5, 2, pf, lead))
+MICRO_FN(micro64_6, microw(jb, i, j, 6, 2, pf, lead))
+MICRO_FN(micro32_7, microw(jb, i, j, 7, 1, pf, lead))
+MICRO_FN(micro32_8, microw(jb, i, j, 8, 1, pf, lead))
+MICRO_FN(micro1, micro(jb, i, j, 1, pf, lead))
+MICRO_FN(micro2, micro(jb, i, j, 2, pf, lead))
+MICRO_FN(micro3, micro(jb, i, j, 3, pf, lead))
+MICRO_FN(micro4, micro(jb, i, j, 4, pf, lead))
+MICRO_FN(micro5, micro(jb, i, j, 5, pf, lead))
+MICRO_FN(micro6, micro(jb, i, j, 6, pf, lead))
 
 void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
                           int thread) {
     (void)thread;
-    static void (*const fns[7])(const ember__qjob *, int64_t, int64_t, const uint8_t *) = {
-        NULL, micro1, micro2, micro3, micro4, micro5, micro6};
+    static const micro_fn fns[7] = {NULL, micro1, micro2, micro3, micro4, micro5, micro6};
     if (i1 > jb->m)
         i1 = jb->m;
     const ember__qpack *p = jb->p;
@@ -381,11 +400,22 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
         return;
     }
     int64_t j = j0;
+    /* 8-bit B in one K chunk, 7 or 8 rows (decode): every panel in one pass of all the rows
+     * (microw, NP = 1), B streamed once. Against a group of 6 rows and one of 1 or 2 on 64
+     * columns (bench_qgemm --shape 8,4096,4096, Zen 5, VNNI tier, 2 threads, both with the lead
+     * prefetch, alternated, e_q8 GOPS): 8 rows 621-679 -> 672-763 (68-75% -> 73-91% of the
+     * in-round roofline), 7 rows 528-585 -> 543-669. Without either change: 528-561 and 414-474. */
+    if (p->bits == 8 && p->nch == 1 && (i1 - i0 == 7 || i1 - i0 == 8)) {
+        const micro_fn f = i1 - i0 == 8 ? micro32_8 : micro32_7;
+        for (; j < j1 && j < p->n; j += 32)
+            f(jb, i0, j, NULL, 1);
+        return;
+    }
     /* 8-bit B in one K chunk, tasks of two rows and more: 64 columns a pass (micro64), then
      * a last lone panel as below */
     if (p->bits == 8 && p->nch == 1 && i1 - i0 >= 2) {
-        static void (*const f64[7])(const ember__qjob *, int64_t, int64_t, const uint8_t *) = {
-            NULL, micro64_1, micro64_2, micro64_3, micro64_4, micro64_5, micro64_6};
+        static const micro_fn f64[7] = {NULL,      micro64_1, micro64_2, micro64_3,
+                                        micro64_4, micro64_5, micro64_6};
         const int64_t pair = p->kp * 64, per = p->kp * 8; /* two panels' bytes; a group's slice */
         const int64_t bbytes = (p->np / 32) * (p->kp / 4) * 128; /* all of B's values */
         /* Each row group fetches the next two panels' bytes into L2, a slice each (a line per 8 k,
@@ -401,7 +431,8 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                 int64_t r = i1 - i;
                 int mr = r >= 6 ? 6 : (int)r;
                 const int64_t off = next + g * per;
-                f64[mr](jb, i, j, g * per < pair && off + per <= bbytes ? p->b + off : NULL);
+                f64[mr](jb, i, j, g * per < pair && off + per <= bbytes ? p->b + off : NULL,
+                        g == 0);
                 i += mr;
             }
         }
@@ -420,7 +451,7 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
             int mr = r >= 6 ? 6 : (int)r;
             const int64_t off = next + g * slice;
             const int pfon = mr > 1 && g < 8 && off + slice <= pbytes;
-            fns[mr](jb, i, j, pfon ? p->b + off : NULL);
+            fns[mr](jb, i, j, pfon ? p->b + off : NULL, g == 0);
             i += mr;
         }
     }
