@@ -63,7 +63,7 @@ static ember_status download_part(const ember_tensor *q, size_t off, size_t n, u
 
 ember_status ember__qtensor_effective_scales(const ember_tensor *q, float *dst) {
     const size_t off = q->q.scales_offset;
-    uint8_t *h;
+    uint8_t *h = NULL;
     EMBER_TRY(download_part(q, off, q->q.total_bytes - off, &h, "effective scales"));
     /* ember__qref_effective_scales reads at the layout's offsets: shift the base back */
     ember__qlayout L = q->q;
@@ -309,7 +309,7 @@ ember_status ember_qtensor_values(const ember_tensor *q, int8_t *dst, size_t cou
                   "qtensor_values: dst holds %zu values, the tensor has %zu", count, q->numel);
     if (q->numel == 0)
         return EMBER_OK;
-    uint8_t *h;
+    uint8_t *h = NULL;
     EMBER_TRY(download_part(q, 0, q->q.values_bytes, &h, "qtensor_values"));
     const size_t last = (size_t)q->shape[q->rank - 1];
     const size_t rb = q->scheme.store == EMBER_QSTORE_NATIVE
@@ -337,7 +337,7 @@ ember_status ember_qtensor_scales(const ember_tensor *q, float *dst, size_t coun
     EMBER_FAIL_IF(count < q->q.nscales, EMBER_ERR_INVALID_ARGUMENT,
                   "qtensor_scales: dst holds %zu scales, the tensor has %zu", count, q->q.nscales);
     const size_t n = q->q.nscales * q->q.scale_size;
-    uint8_t *h;
+    uint8_t *h = NULL;
     EMBER_TRY(download_part(q, q->q.scales_offset, n, &h, "qtensor_scales"));
     const ember_scale_dtype d = ember__qscheme_scale_dtype(&q->scheme);
     for (size_t i = 0; i < q->q.nscales; i++)
@@ -355,7 +355,7 @@ ember_status ember_qtensor_global_scale(const ember_tensor *q, float *out) {
                   "scale",
                   ember_qvalue_name(q->scheme.value),
                   q->scheme.block_rank ? "per-block" : "per-tensor");
-    uint8_t *h;
+    uint8_t *h = NULL;
     EMBER_TRY(download_part(q, q->q.global_offset, 4, &h, "qtensor_global_scale"));
     *out = ember__scale_decode(h, EMBER_SCALE_F32);
     ember__free(h);

@@ -426,7 +426,7 @@ ember_status ember__cl_launch(ember__cl_state *s, int dev, const char *op, const
             return EMBER_OK; /* nothing to do */
     char opts[512];
     ember__cl_base_options(&s->dev[dev], options, opts, sizeof opts);
-    cl_program p;
+    cl_program p = NULL;
     EMBER_TRY(ember__cl_program_get(s, dev, prog, opts, &p));
     return ember__cl_run_kernel(s, dev, op, p, kernel, nargs, args, dims, global, local);
 }
