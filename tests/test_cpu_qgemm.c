@@ -1075,7 +1075,16 @@ static void test_fq_decode_row(void) {
         float *o1 = malloc((size_t)n * 4), *o2 = malloc((size_t)(2 * n) * 4);
         TU_OK(ember_tensor_read(y1, o1, (size_t)n * 4));
         TU_OK(ember_tensor_read(y2, o2, (size_t)(2 * n) * 4));
-        CU_ASSERT(memcmp(o1, o2, (size_t)n * 4) == 0);
+        int64_t bad = -1, nbad = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (memcmp(&o1[j], &o2[j], 4) != 0 && nbad++ == 0)
+                bad = j;
+        if (nbad)
+            printf("\n  scheme %d: %lld of %lld outputs differ, first at column %lld: %a (1 row) "
+                   "against %a (2 rows)",
+                   kinds[q], (long long)nbad, (long long)n, (long long)bad, (double)o1[bad],
+                   (double)o2[bad]);
+        CU_ASSERT(nbad == 0);
         int64_t cells;
         double *ref = reference(x1, w, &cells);
         CU_ASSERT(max_rel_err(y1, ref, cells) < 1e-5);
