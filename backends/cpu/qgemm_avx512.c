@@ -278,10 +278,10 @@ EMBER__INLINE void microw(const ember__qjob *jb, int64_t i, int64_t j, const int
         _mm512_mask_storeu_ps(o + 16, k1,
                               _mm512_mul_ps(_mm512_cvtepi32_ps(c1[r]), _mm512_mul_ps(sar, s1)));
         if (NP == 2) {
-            _mm512_mask_storeu_ps(o + 32, k2, _mm512_mul_ps(_mm512_cvtepi32_ps(c2[r]),
-                                                            _mm512_mul_ps(sar, s2)));
-            _mm512_mask_storeu_ps(o + 48, k3, _mm512_mul_ps(_mm512_cvtepi32_ps(c3[r]),
-                                                            _mm512_mul_ps(sar, s3)));
+            _mm512_mask_storeu_ps(o + 32, k2,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(c2[r]), _mm512_mul_ps(sar, s2)));
+            _mm512_mask_storeu_ps(o + 48, k3,
+                                  _mm512_mul_ps(_mm512_cvtepi32_ps(c3[r]), _mm512_mul_ps(sar, s3)));
         }
     }
 }
@@ -301,8 +301,7 @@ EMBER__INLINE void micro_rows8(const ember__qjob *jb, int64_t i, int64_t j, cons
     const float *sa = jb->sa + i * nch;
     float facc[8][32] __attribute__((aligned(64)));
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; r++)
-    {
+    for (int r = 0; r < MR; r++) {
         _mm512_store_ps(facc[r], _mm512_setzero_ps());
         _mm512_store_ps(facc[r] + 16, _mm512_setzero_ps());
     }
