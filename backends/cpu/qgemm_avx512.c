@@ -53,7 +53,8 @@ EMBER__INLINE void b_prefetch(const ember__qpack *p, const uint8_t *w, int64_t b
  * M,4096,4096 on a Zen 5 (VNNI tier, 2 threads), without and with, alternated, e_q8 GOPS: M = 8
  * 593-628 -> 687-719 (61-64% -> 67-76% of the in-round roofline), M = 4 356-380 -> 360-409
  * (72-76% -> 81-87%), M = 32 1226-1283 -> 1296-1351; M = 128 level; e_q8b at M = 8 413-438 ->
- * 460-492. 3 KiB and 4 KiB ahead read level, 1 and 8 KiB lower; L2 as the target level. */
+ * 460-492. 3 KiB and 4 KiB ahead read level, 1 and 8 KiB lower; into L2 instead of L1 level.
+ * Near the end of B it fetches past B's last byte: a prefetch never faults. */
 #define B_LEAD_BYTES 4096
 
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
