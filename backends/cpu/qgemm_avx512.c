@@ -57,6 +57,82 @@ EMBER__INLINE void b_prefetch(const ember__qpack *p, const uint8_t *w, int64_t b
  * Near the end of B it fetches past B's last byte: a prefetch never faults. */
 #define B_LEAD_BYTES 4096
 
+/* The int32 sums of rows [0, MR) of a (row stride kp) against the 32-column panel of B at b0
+ * over K [k0, k1), added to acc (started by the caller at minus the bias term), for 8-bit B with
+ * several rows (micro's one-row 8-bit decode loop is its own) and for 4-bit B. pf: a slice of
+ * the next panel to fetch into L2 (or NULL); lead: the lead prefetch of 8-bit B. */
+EMBER__INLINE void panel_sums(const ember__qpack *p, const int8_t *a, const uint8_t *b0, int64_t k0,
+                              int64_t k1, const int MR, const int bits, const uint8_t *pf,
+                              const int lead, __m512i acc[][2]) {
+    const int64_t kp = p->kp;
+    if (bits == 8) {
+        for (int64_t kk = k0; kk < k1; kk += 4) {
+            if (pf && !(kk & 15)) /* a line of the next panel every 16 k */
+                _mm_prefetch((const char *)(pf + kk * 4), _MM_HINT_T1);
+            if (lead) {
+                _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
+                _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
+            }
+            const __m512i v0 = _mm512_load_si512(b0 + kk * 32);
+            const __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; r++) {
+                int32_t w;
+                __builtin_memcpy(&w, a + r * kp + kk, 4);
+                const __m512i x = _mm512_set1_epi32(w);
+                acc[r][0] = dpb(acc[r][0], v0, x);
+                acc[r][1] = dpb(acc[r][1], v1, x);
+            }
+        }
+        return;
+    }
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const int64_t bbytes = (p->np / 32) * (kp / 8) * 128; /* 4-bit values */
+    __m512i acch[3][2];
+    for (int r = 0; r < 3; r++)
+        acch[r][0] = acch[r][1] = _mm512_setzero_si512();
+    for (int64_t kk = k0; kk < k1; kk += 8) {
+        b_prefetch(p, b0 + kk * 16, bbytes);
+        if (pf && !(kk & 31)) /* a line of the next panel every 32 k */
+            _mm_prefetch((const char *)(pf + kk * 2), _MM_HINT_T1);
+        const __m512i w0 = _mm512_load_si512(b0 + kk * 16);
+        const __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
+        const __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4);
+        __m512i h0, h1;
+        if (MR <= 3) { /* high nibbles in place (16 x value): shifted once per chunk */
+            h0 = _mm512_andnot_si512(m4, w0);
+            h1 = _mm512_andnot_si512(m4, w1);
+        } else {
+            h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
+            h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            int32_t x0, x1;
+            __builtin_memcpy(&x0, a + r * kp + kk, 4);
+            __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
+            const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+            acc[r][0] = dpb(acc[r][0], l0, y0);
+            acc[r][1] = dpb(acc[r][1], l1, y0);
+            if (MR <= 3) { /* decode rows: two chains per column half hide the latency */
+                acch[r][0] = dpb(acch[r][0], h0, y1);
+                acch[r][1] = dpb(acch[r][1], h1, y1);
+            } else {
+                acc[r][0] = dpb(acc[r][0], h0, y1);
+                acc[r][1] = dpb(acc[r][1], h1, y1);
+            }
+        }
+    }
+    /* every term of acch is a multiple of 16 (and |acch| < 2^31: 240 * 128 * k < 2^31 for the
+     * chunks the entry admits), so the shift is exact */
+    if (MR <= 3)
+#pragma GCC unroll 3
+        for (int r = 0; r < MR; r++) {
+            acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_srai_epi32(acch[r][0], 4));
+            acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_srai_epi32(acch[r][1], 4));
+        }
+}
+
 /* rows [i, i + MR) x columns [j, j + 32) (j % 32 == 0) */
 EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
                          const uint8_t *pf, const int lead) {
@@ -66,20 +142,16 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     __m512 facc[6][2];
-    __m512i acc[6][2], acch[3][2];
+    __m512i acc[6][2];
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
         facc[r][0] = facc[r][1] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const int64_t bbytes = (p->np / 32) * (kp / 8) * 128; /* 4-bit values */
-    const int64_t bbytes8 = 2 * bbytes;                   /* 8-bit values */
+    const int64_t bbytes8 = (p->np / 32) * (kp / 4) * 128; /* 8-bit values */
     for (int64_t c = 0; c < nch; c++) {
         /* the sums start at minus the bias term (bias * the A chunk's row sum) */
 #pragma GCC unroll 6
         for (int r = 0; r < MR; r++)
             acc[r][0] = acc[r][1] = _mm512_set1_epi32(-p->bias * rs[r * nch + c]);
-        for (int r = 0; r < 3; r++)
-            acch[r][0] = acch[r][1] = _mm512_setzero_si512();
         const int64_t k0 = c * kc, k1 = k0 + kc;
         if (p->bits == 8 && MR == 1) {
             /* Decode: four chains (two K groups of 4 a step, each over both column halves), so
@@ -105,67 +177,12 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
             }
             acc[0][0] = _mm512_add_epi32(acc[0][0], e0);
             acc[0][1] = _mm512_add_epi32(acc[0][1], e1);
-        } else if (p->bits == 8) {
-            const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128;
-            for (int64_t kk = k0; kk < k1; kk += 4) {
-                if (pf && !(kk & 15)) /* a line of the next panel every 16 k */
-                    _mm_prefetch((const char *)(pf + kk * 4), _MM_HINT_T1);
-                if (lead) {
-                    _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
-                }
-                __m512i v0 = _mm512_load_si512(b0 + kk * 32);
-                __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
-#pragma GCC unroll 6
-                for (int r = 0; r < MR; r++) {
-                    int32_t w;
-                    __builtin_memcpy(&w, a + r * kp + kk, 4);
-                    __m512i x = _mm512_set1_epi32(w);
-                    acc[r][0] = dpb(acc[r][0], v0, x);
-                    acc[r][1] = dpb(acc[r][1], v1, x);
-                }
-            }
         } else {
-            const uint8_t *b0 = p->b + (j / 32) * (kp / 8) * 128;
-            for (int64_t kk = k0; kk < k1; kk += 8) {
-                b_prefetch(p, b0 + kk * 16, bbytes);
-                if (pf && !(kk & 31)) /* a line of the next panel every 32 k */
-                    _mm_prefetch((const char *)(pf + kk * 2), _MM_HINT_T1);
-                __m512i w0 = _mm512_load_si512(b0 + kk * 16);
-                __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
-                __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4), h0, h1;
-                if (MR <= 3) { /* high nibbles in place (16 x value): shifted once per chunk */
-                    h0 = _mm512_andnot_si512(m4, w0);
-                    h1 = _mm512_andnot_si512(m4, w1);
-                } else {
-                    h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-                    h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
-                }
-#pragma GCC unroll 6
-                for (int r = 0; r < MR; r++) {
-                    int32_t x0, x1;
-                    __builtin_memcpy(&x0, a + r * kp + kk, 4);
-                    __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
-                    __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-                    acc[r][0] = dpb(acc[r][0], l0, y0);
-                    acc[r][1] = dpb(acc[r][1], l1, y0);
-                    if (MR <= 3) { /* decode rows: two chains per column half hide the latency */
-                        acch[r][0] = dpb(acch[r][0], h0, y1);
-                        acch[r][1] = dpb(acch[r][1], h1, y1);
-                    } else {
-                        acc[r][0] = dpb(acc[r][0], h0, y1);
-                        acc[r][1] = dpb(acc[r][1], h1, y1);
-                    }
-                }
-            }
-            /* every term of acch is a multiple of 16 (and |acch| < 2^31: 240 * 128 * k < 2^31 for
-             * the chunks the entry admits), so the shift is exact */
-            if (MR <= 3)
-#pragma GCC unroll 6
-                for (int r = 0; r < MR; r++) {
-                    acc[r][0] = _mm512_add_epi32(acc[r][0], _mm512_srai_epi32(acch[r][0], 4));
-                    acc[r][1] = _mm512_add_epi32(acc[r][1], _mm512_srai_epi32(acch[r][1], 4));
-                }
+            const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128 / (8 / p->bits);
+            if (p->bits == 8)
+                panel_sums(p, a, b0, k0, k1, MR, 8, pf, lead, acc);
+            else
+                panel_sums(p, a, b0, k0, k1, MR, 4, pf, lead, acc);
         }
         if (jb->c32) {
             /* exact int32 out (single chunk) */
@@ -291,8 +308,8 @@ EMBER__INLINE void microw(const ember__qjob *jb, int64_t i, int64_t j, const int
  * scales), float out: every row in one pass over the panel. micro() holds at most 6 rows' float
  * sums in registers beside their int32 sums, so 7 or 8 rows took two passes, each reading and
  * (4-bit) unpacking the panel; here the float sums wait in L1 (facc) and each chunk's scaled
- * sums are added there. The same products and the same float operations in the same order as
- * micro(), so the same results bit for bit. */
+ * sums are added there. Each chunk's int32 sums come from panel_sums, as micro()'s do, and are
+ * scaled with the same float operations, so the results are micro()'s bit for bit. */
 EMBER__INLINE void micro_rows8(const ember__qjob *jb, int64_t i, int64_t j, const int MR,
                                const int bits) {
     const ember__qpack *p = jb->p;
@@ -307,50 +324,12 @@ EMBER__INLINE void micro_rows8(const ember__qjob *jb, int64_t i, int64_t j, cons
         _mm512_store_ps(facc[r] + 16, _mm512_setzero_ps());
     }
     __m512i acc[8][2];
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const int64_t bbytes = (p->np / 32) * (kp / 8) * 128 * (bits == 8 ? 2 : 1); /* B's values */
-    const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128 / (bits == 8 ? 1 : 2);
+    const uint8_t *b0 = p->b + (j / 32) * (kp / 4) * 128 / (8 / bits);
     for (int64_t c = 0; c < nch; c++) {
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++)
             acc[r][0] = acc[r][1] = _mm512_set1_epi32(-p->bias * rs[r * nch + c]);
-        const int64_t k0 = c * kc, k1 = k0 + kc;
-        if (bits == 8) {
-            for (int64_t kk = k0; kk < k1; kk += 4) {
-                _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES), _MM_HINT_T0);
-                _mm_prefetch((const char *)(b0 + kk * 32 + B_LEAD_BYTES + 64), _MM_HINT_T0);
-                const __m512i v0 = _mm512_load_si512(b0 + kk * 32);
-                const __m512i v1 = _mm512_load_si512(b0 + kk * 32 + 64);
-#pragma GCC unroll 8
-                for (int r = 0; r < MR; r++) {
-                    int32_t w;
-                    __builtin_memcpy(&w, a + r * kp + kk, 4);
-                    const __m512i x = _mm512_set1_epi32(w);
-                    acc[r][0] = dpb(acc[r][0], v0, x);
-                    acc[r][1] = dpb(acc[r][1], v1, x);
-                }
-            }
-        } else {
-            for (int64_t kk = k0; kk < k1; kk += 8) {
-                b_prefetch(p, b0 + kk * 16, bbytes);
-                const __m512i w0 = _mm512_load_si512(b0 + kk * 16);
-                const __m512i w1 = _mm512_load_si512(b0 + kk * 16 + 64);
-                const __m512i l0 = _mm512_and_si512(w0, m4), l1 = _mm512_and_si512(w1, m4);
-                const __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(w0, 4), m4);
-                const __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(w1, 4), m4);
-#pragma GCC unroll 8
-                for (int r = 0; r < MR; r++) {
-                    int32_t x0, x1;
-                    __builtin_memcpy(&x0, a + r * kp + kk, 4);
-                    __builtin_memcpy(&x1, a + r * kp + kk + 4, 4);
-                    const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-                    acc[r][0] = dpb(acc[r][0], l0, y0);
-                    acc[r][1] = dpb(acc[r][1], l1, y0);
-                    acc[r][0] = dpb(acc[r][0], h0, y1);
-                    acc[r][1] = dpb(acc[r][1], h1, y1);
-                }
-            }
-        }
+        panel_sums(p, a, b0, c * kc, (c + 1) * kc, MR, bits, NULL, 1, acc);
         const __m512 s0 = load_scales(p, c, j), s1 = load_scales(p, c, j + 16);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
