@@ -469,28 +469,27 @@ void ember__qblock_avx512(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
         return;
     }
     int64_t j = j0;
-    /* 8-bit B in one K chunk, 7 or 8 rows (decode): every panel in one pass of all the rows
-     * (microw, NP = 1), B streamed once. Against a group of 6 rows and one of 1 or 2 on 64
-     * columns (bench_qgemm --shape 8,4096,4096, Zen 5, VNNI tier, 2 threads, both with the lead
-     * prefetch, alternated, e_q8 GOPS): 8 rows 621-679 -> 672-763 (68-75% -> 73-91% of the
-     * in-round roofline), 7 rows 528-585 -> 543-669. Without either change: 528-561 and 414-474. */
-    if (p->bits == 8 && p->nch == 1 && (i1 - i0 == 7 || i1 - i0 == 8)) {
-        const micro_fn f = i1 - i0 == 8 ? micro32_8 : micro32_7;
-        for (; j < j1 && j < p->n; j += 32)
-            f(jb, i0, j, NULL, 1);
-        return;
-    }
-    /* B in K chunks (4-bit, or 8-bit with block scales), float out, 7 or 8 rows: one pass of
-     * all the rows per panel (micro_rows8). bench_qgemm --shape M,4096,4096 (blocks of 32), Zen
-     * 5, VNNI tier, 2 threads, against groups of 6 and 1-2 rows, alternated, GOPS: e_q8b at 8 rows
-     * 487-541 -> 523-639 (ten alternations), at 7 rows 395-459 -> 432-574 (three); e_q4 732-835 ->
-     * 755-966 and 690-742 -> 797-899. */
-    if ((p->bits == 4 || p->nch > 1) && jb->c && (i1 - i0 == 7 || i1 - i0 == 8)) {
-        const micro_fn f = p->bits == 8 ? (i1 - i0 == 8 ? rows8_8_8 : rows8_7_8)
-                                        : (i1 - i0 == 8 ? rows8_8_4 : rows8_7_4);
-        for (; j < j1 && j < p->n; j += 32)
-            f(jb, i0, j, NULL, 1);
-        return;
+    /* 7 or 8 rows (decode): every panel in one pass of all the rows, B streamed once, where two
+     * row groups (6 and 1-2 rows) each read every panel. bench_qgemm --shape M,4096,4096, Zen 5,
+     * VNNI tier, 2 threads, alternated, GOPS:
+     * - 8-bit B in one K chunk (microw, NP = 1), both builds with the lead prefetch: e_q8 at 8 rows
+     *   621-679 -> 672-763 (68-75% -> 73-91% of the in-round roofline), 7 rows 528-585 ->
+     *   543-669; without either change 528-561 and 414-474.
+     * - B in K chunks, float out (micro_rows8), blocks of 32: e_q8b at 8 rows 487-541 -> 523-639
+     *   (ten alternations), at 7 rows 395-459 -> 432-574 (three); e_q4 732-835 -> 755-966 and
+     *   690-742 -> 797-899. */
+    if (i1 - i0 == 7 || i1 - i0 == 8) {
+        const int r8 = i1 - i0 == 8;
+        micro_fn f = NULL;
+        if (p->bits == 8 && p->nch == 1)
+            f = r8 ? micro32_8 : micro32_7;
+        else if (jb->c)
+            f = p->bits == 8 ? (r8 ? rows8_8_8 : rows8_7_8) : (r8 ? rows8_8_4 : rows8_7_4);
+        if (f) {
+            for (; j < j1 && j < p->n; j += 32)
+                f(jb, i0, j, NULL, 1);
+            return;
+        }
     }
     /* 8-bit B in one K chunk, tasks of two rows and more: 64 columns a pass (micro64), then
      * a last lone panel as below */
