@@ -28,6 +28,17 @@ EMBER__INLINE __m256i a_words(const int8_t *a) {
     return _mm256_broadcastq_epi64(x);
 }
 
+/* nq vectors of 8 lanes (f32, or int32 bits) to o: the first nv lanes (nv <= 8 * nq), through a
+ * buffer when the row ends inside them */
+EMBER__INLINE void store_lanes(void *o, const __m256 *v, const int nq, int64_t nv) {
+    float tmp[32];
+    float *d = nv == 8 * nq ? (float *)o : tmp;
+#pragma GCC unroll 4
+    for (int q = 0; q < nq; q++)
+        _mm256_storeu_ps(d + 8 * q, v[q]);
+    if (d == tmp)
+        memcpy(o, tmp, (size_t)nv * 4);
+}
 /* 8 column sums from two pair-sum accumulators (columns 0-3 and 4-7) */
 EMBER__INLINE __m256i fold(__m256i x, __m256i y) {
     return _mm256_permute4x64_epi64(_mm256_hadd_epi32(x, y), 0xd8);
@@ -110,17 +121,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 o[q] = outbuf[r][q];
             continue;
         }
-        float *o = jb->c + (i + r) * jb->ldc + j;
-        if (nv == 16) {
-            _mm256_storeu_ps(o, facc[r][0]);
-            _mm256_storeu_ps(o + 8, facc[r][1]);
-        } else {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, facc[r][0]);
-            _mm256_storeu_ps(tmp + 8, facc[r][1]);
-            for (int64_t q = 0; q < nv; q++)
-                o[q] = tmp[q];
-        }
+        store_lanes(jb->c + (i + r) * jb->ldc + j, facc[r], 2, nv);
     }
 }
 
@@ -178,33 +179,14 @@ EMBER__INLINE void micro_vnni(const ember__qjob *jb, int64_t i, int64_t j, const
 #pragma GCC unroll 6
     for (int r = 0; r < MR; r++) {
         if (jb->c32) {
-            int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
-            if (nv == 16) {
-                _mm256_storeu_si256((__m256i *)o, c0[r]);
-                _mm256_storeu_si256((__m256i *)(o + 8), c1[r]);
-            } else {
-                int32_t tmp[16];
-                _mm256_storeu_si256((__m256i *)tmp, c0[r]);
-                _mm256_storeu_si256((__m256i *)(tmp + 8), c1[r]);
-                for (int64_t q = 0; q < nv; q++)
-                    o[q] = tmp[q];
-            }
+            const __m256 v[2] = {_mm256_castsi256_ps(c0[r]), _mm256_castsi256_ps(c1[r])};
+            store_lanes(jb->c32 + (i + r) * jb->ldc + j, v, 2, nv);
             continue;
         }
         const __m256 sar = _mm256_set1_ps(jb->sa[i + r]);
-        const __m256 x0 = _mm256_mul_ps(_mm256_cvtepi32_ps(c0[r]), _mm256_mul_ps(sar, s0));
-        const __m256 x1 = _mm256_mul_ps(_mm256_cvtepi32_ps(c1[r]), _mm256_mul_ps(sar, s1));
-        float *o = jb->c + (i + r) * jb->ldc + j;
-        if (nv == 16) {
-            _mm256_storeu_ps(o, x0);
-            _mm256_storeu_ps(o + 8, x1);
-        } else {
-            float tmp[16];
-            _mm256_storeu_ps(tmp, x0);
-            _mm256_storeu_ps(tmp + 8, x1);
-            for (int64_t q = 0; q < nv; q++)
-                o[q] = tmp[q];
-        }
+        const __m256 x[2] = {_mm256_mul_ps(_mm256_cvtepi32_ps(c0[r]), _mm256_mul_ps(sar, s0)),
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(c1[r]), _mm256_mul_ps(sar, s1))};
+        store_lanes(jb->c + (i + r) * jb->ldc + j, x, 2, nv);
     }
 }
 
@@ -254,30 +236,20 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
     const int64_t nv = p->n - j < 32 ? p->n - j : 32;
 #pragma GCC unroll 2
     for (int r = 0; r < MR; r++) {
-        int32_t t32[32];
-        float tf[32];
+        __m256 x[4];
         if (jb->c32) {
-            int32_t *o = jb->c32 + (i + r) * jb->ldc + j;
-            int32_t *d = nv == 32 ? o : t32;
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++)
-                _mm256_storeu_si256((__m256i *)(d + 8 * q), c[r][q]);
-            if (d == t32)
-                for (int64_t q = 0; q < nv; q++)
-                    o[q] = t32[q];
+                x[q] = _mm256_castsi256_ps(c[r][q]);
+            store_lanes(jb->c32 + (i + r) * jb->ldc + j, x, 4, nv);
             continue;
         }
         const __m256 sar = _mm256_set1_ps(jb->sa[i + r]);
-        float *o = jb->c + (i + r) * jb->ldc + j;
-        float *d = nv == 32 ? o : tf;
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
-            _mm256_storeu_ps(d + 8 * q,
-                             _mm256_mul_ps(_mm256_cvtepi32_ps(c[r][q]),
-                                           _mm256_mul_ps(sar, load_scales8(p, 0, j + 8 * q))));
-        if (d == tf)
-            for (int64_t q = 0; q < nv; q++)
-                o[q] = tf[q];
+            x[q] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r][q]),
+                                 _mm256_mul_ps(sar, load_scales8(p, 0, j + 8 * q)));
+        store_lanes(jb->c + (i + r) * jb->ldc + j, x, 4, nv);
     }
 }
 
@@ -368,14 +340,10 @@ EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, cons
     const int64_t nv = p->n - j < 16 ? p->n - j : 16;
 #pragma GCC unroll 2
     for (int r = 0; r < MR; r++) {
-        float tmp[16];
-        void *o = jb->c32 ? (void *)(jb->c32 + (i + r) * jb->ldc + j)
-                          : (void *)(jb->c + (i + r) * jb->ldc + j);
-        float *d = nv == 16 ? (float *)o : tmp;
-        _mm256_storeu_ps(d, f0[r]);
-        _mm256_storeu_ps(d + 8, f1[r]);
-        if (d == tmp)
-            memcpy(o, tmp, (size_t)nv * 4);
+        const __m256 x[2] = {f0[r], f1[r]};
+        store_lanes(jb->c32 ? (void *)(jb->c32 + (i + r) * jb->ldc + j)
+                            : (void *)(jb->c + (i + r) * jb->ldc + j),
+                    x, 2, nv);
     }
 }
 
@@ -431,14 +399,8 @@ EMBER__INLINE void row_vnnik(const ember__qjob *jb, int64_t i, int64_t j, const 
         }
     }
     const int64_t nv = p->n - j < 32 ? p->n - j : 32;
-    float tmp[32];
-    void *o = jb->c32 ? (void *)(jb->c32 + i * jb->ldc + j) : (void *)(jb->c + i * jb->ldc + j);
-    float *d = nv == 32 ? (float *)o : tmp;
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; q++)
-        _mm256_storeu_ps(d + 8 * q, f[q]);
-    if (d == tmp)
-        memcpy(o, tmp, (size_t)nv * 4);
+    store_lanes(jb->c32 ? (void *)(jb->c32 + i * jb->ldc + j) : (void *)(jb->c + i * jb->ldc + j),
+                f, 4, nv);
 }
 
 /* micro_vnnik for 4 rows: the float sums wait in fb between chunks (loaded and stored exactly,
