@@ -145,14 +145,7 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
     }
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++) {
-        float out[32];
-        float *o = jb->c + (i0 + r) * jb->n + j;
-        float *d = nv >= 32 ? o : out;
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            _mm256_storeu_ps(d + 8 * t, c[r][t]);
-        if (d == out)
-            memcpy(o, out, (size_t)nv * sizeof *o);
+        ember__store_lanes8(jb->c + (i0 + r) * jb->n + j, c[r], 4, nv);
     }
 }
 
@@ -194,14 +187,7 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
                                            c[4 + t]);
         }
     }
-    float out[64];
-    float *o = jb->c + i0 * jb->n + j;
-    float *d = nv >= 64 ? o : out;
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; t++)
-        _mm256_storeu_ps(d + 8 * t, c[t]);
-    if (d == out)
-        memcpy(o, out, (size_t)nv * sizeof *o);
+    ember__store_lanes8(jb->c + i0 * jb->n + j, c, 8, nv);
 }
 
 static inline __attribute__((always_inline)) void cols(const ember__fq_job *jb, int64_t j0,

@@ -291,4 +291,22 @@ ember__qpack_scales16(const ember__qpack *p, int64_t idx, const int sb16) {
 }
 #endif
 
+#ifdef __AVX2__
+#include <immintrin.h>
+#include <string.h>
+/* For the AVX2 kernels (qgemm_avx2.c, fq_matmul_avx2.c): nq (<= 8) vectors of 8 lanes (f32, or
+ * int32 bits) to o, the first nv lanes (all of them when nv >= 8 * nq), through a buffer when the
+ * row ends inside them */
+static inline __attribute__((always_inline)) void ember__store_lanes8(void *o, const __m256 *v,
+                                                                      const int nq, int64_t nv) {
+    float tmp[64];
+    float *d = nv >= 8 * nq ? (float *)o : tmp;
+#pragma GCC unroll 8
+    for (int q = 0; q < nq; q++)
+        _mm256_storeu_ps(d + 8 * q, v[q]);
+    if (d == tmp)
+        memcpy(o, tmp, (size_t)nv * 4);
+}
+#endif
+
 #endif

@@ -28,17 +28,6 @@ EMBER__INLINE __m256i a_words(const int8_t *a) {
     return _mm256_broadcastq_epi64(x);
 }
 
-/* nq vectors of 8 lanes (f32, or int32 bits) to o: the first nv lanes (nv <= 8 * nq), through a
- * buffer when the row ends inside them */
-EMBER__INLINE void store_lanes(void *o, const __m256 *v, const int nq, int64_t nv) {
-    float tmp[32];
-    float *d = nv == 8 * nq ? (float *)o : tmp;
-#pragma GCC unroll 4
-    for (int q = 0; q < nq; q++)
-        _mm256_storeu_ps(d + 8 * q, v[q]);
-    if (d == tmp)
-        memcpy(o, tmp, (size_t)nv * 4);
-}
 /* 8 column sums from two pair-sum accumulators (columns 0-3 and 4-7) */
 EMBER__INLINE __m256i fold(__m256i x, __m256i y) {
     return _mm256_permute4x64_epi64(_mm256_hadd_epi32(x, y), 0xd8);
@@ -121,7 +110,7 @@ EMBER__INLINE void micro(const ember__qjob *jb, int64_t i, int64_t j, const int 
                 o[q] = outbuf[r][q];
             continue;
         }
-        store_lanes(jb->c + (i + r) * jb->ldc + j, facc[r], 2, nv);
+        ember__store_lanes8(jb->c + (i + r) * jb->ldc + j, facc[r], 2, nv);
     }
 }
 
@@ -180,13 +169,13 @@ EMBER__INLINE void micro_vnni(const ember__qjob *jb, int64_t i, int64_t j, const
     for (int r = 0; r < MR; r++) {
         if (jb->c32) {
             const __m256 v[2] = {_mm256_castsi256_ps(c0[r]), _mm256_castsi256_ps(c1[r])};
-            store_lanes(jb->c32 + (i + r) * jb->ldc + j, v, 2, nv);
+            ember__store_lanes8(jb->c32 + (i + r) * jb->ldc + j, v, 2, nv);
             continue;
         }
         const __m256 sar = _mm256_set1_ps(jb->sa[i + r]);
         const __m256 x[2] = {_mm256_mul_ps(_mm256_cvtepi32_ps(c0[r]), _mm256_mul_ps(sar, s0)),
                              _mm256_mul_ps(_mm256_cvtepi32_ps(c1[r]), _mm256_mul_ps(sar, s1))};
-        store_lanes(jb->c + (i + r) * jb->ldc + j, x, 2, nv);
+        ember__store_lanes8(jb->c + (i + r) * jb->ldc + j, x, 2, nv);
     }
 }
 
@@ -241,7 +230,7 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
 #pragma GCC unroll 4
             for (int q = 0; q < 4; q++)
                 x[q] = _mm256_castsi256_ps(c[r][q]);
-            store_lanes(jb->c32 + (i + r) * jb->ldc + j, x, 4, nv);
+            ember__store_lanes8(jb->c32 + (i + r) * jb->ldc + j, x, 4, nv);
             continue;
         }
         const __m256 sar = _mm256_set1_ps(jb->sa[i + r]);
@@ -249,7 +238,7 @@ EMBER__INLINE void micro_vnni32(const ember__qjob *jb, int64_t i, int64_t j, con
         for (int q = 0; q < 4; q++)
             x[q] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r][q]),
                                  _mm256_mul_ps(sar, load_scales8(p, 0, j + 8 * q)));
-        store_lanes(jb->c + (i + r) * jb->ldc + j, x, 4, nv);
+        ember__store_lanes8(jb->c + (i + r) * jb->ldc + j, x, 4, nv);
     }
 }
 
@@ -341,9 +330,9 @@ EMBER__INLINE void micro_vnnik(const ember__qjob *jb, int64_t i, int64_t j, cons
 #pragma GCC unroll 2
     for (int r = 0; r < MR; r++) {
         const __m256 x[2] = {f0[r], f1[r]};
-        store_lanes(jb->c32 ? (void *)(jb->c32 + (i + r) * jb->ldc + j)
-                            : (void *)(jb->c + (i + r) * jb->ldc + j),
-                    x, 2, nv);
+        ember__store_lanes8(jb->c32 ? (void *)(jb->c32 + (i + r) * jb->ldc + j)
+                                    : (void *)(jb->c + (i + r) * jb->ldc + j),
+                            x, 2, nv);
     }
 }
 
@@ -399,8 +388,9 @@ EMBER__INLINE void row_vnnik(const ember__qjob *jb, int64_t i, int64_t j, const 
         }
     }
     const int64_t nv = p->n - j < 32 ? p->n - j : 32;
-    store_lanes(jb->c32 ? (void *)(jb->c32 + i * jb->ldc + j) : (void *)(jb->c + i * jb->ldc + j),
-                f, 4, nv);
+    ember__store_lanes8(jb->c32 ? (void *)(jb->c32 + i * jb->ldc + j)
+                                : (void *)(jb->c + i * jb->ldc + j),
+                        f, 4, nv);
 }
 
 /* micro_vnnik for 4 rows: the float sums wait in fb between chunks (loaded and stored exactly,
