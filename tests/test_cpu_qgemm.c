@@ -296,6 +296,10 @@ static void test_epilogue(void) {
     check_epilogue(s, 12, 70, 192, 64, 8, 1);
     check_epilogue(s, 14, 70, 256, 128, 4, 1);
     check_epilogue(s, 25, 70, 192, 64, 8, 1);
+    check_epilogue(s, 8, 70, 256, 32, 4, 1);  /* 8 rows in one pass (VNNI: micro_rows8) */
+    check_epilogue(s, 7, 45, 192, 64, 8, 0);  /* 7 rows, 8-bit blocks */
+    check_epilogue(s, 1, 100, 256, 32, 4, 0); /* decode row (VNNI: the one-row kernel) */
+    check_epilogue(s, 1, 70, 384, 128, 8, 1); /* decode row, 8-bit blocks of 128 */
     g_sa_row = 0;
     ember_context_destroy(ctx);
 }
@@ -325,6 +329,12 @@ static void test_avx2_paths(void) {
         check_epilogue(s, 70, 50, 96, 32, 4, 0);   /* 4-bit, blocks of 32 */
         check_epilogue(s, 1, 1100, 256, 32, 4, 1); /* decode row, 4-bit, f16 scales */
         check_epilogue(s, 97, 40, 130, 0, 4, 0);   /* 4-bit, one chunk */
+        g_sa_row = 1; /* one A scale per row: applied after the chunk sums */
+        check_epilogue(s, 5, 70, 256, 32, 8, 0);
+        check_epilogue(s, 70, 50, 96, 32, 4, 1);
+        check_epilogue(s, 4, 70, 192, 64, 4, 0);  /* 4 rows a pass (AVX-VNNI) */
+        check_epilogue(s, 1, 100, 256, 32, 4, 0); /* decode row */
+        g_sa_row = 0;
         ember_context_destroy(ctx);
     }
     ember__avx2_no_vnni = 0;

@@ -176,7 +176,10 @@ typedef struct ember__qjob {
     uint8_t **scratch; /* per-thread buffers (AMX: EMBER__AMX_ACC_BYTES, + 2 x 32 x kp bytes
                           for 4-bit B or several chunks), 64-byte aligned */
     int sa_row;        /* every row's A scale is the same in all its chunks (sa[i * nch + c] ==
-                          sa[i * nch]): a kernel may apply it once per row after the chunk sums */
+                          sa[i * nch]): a kernel may apply it once per row after the chunk sums
+                          (sum over c of x_c * sb_c, then times sa; the AVX2 and AVX-512 kernels
+                          and AMX's chunked tile path do, which rounds differently from sa * sb
+                          per chunk but saves a multiply per 16 sums and chunk) */
     int nt_store;      /* C is large: full aligned rows of 64 bytes may be written with streaming
                           stores (the kernel fences before it returns) */
     int pfw;           /* C is written with ordinary stores: a kernel may fetch its lines for
