@@ -4,10 +4,11 @@
  * chunks of FQ_KC so that a chunk of the task's weights (FQ_KC rows of its columns, 32 KiB at 256
  * columns) stays in L1 while every group of rows multiplies it; the f32 sums wait in acc between
  * chunks (stored and reloaded exactly, so each sum is still taken in K order). Per K step and 64
- * columns: the 64 values as int8 (4-bit ones spread from their nibbles and sign-extended first),
- * sign-extended and converted (4 x VPMOVSXBD + VCVTDQ2PS), times their
- * scales (the dequantized weights, bit for bit ember_dequantize's), then one VFMADD per row and
- * zmm with the row's value broadcast. */
+ * columns: the 64 values as f32 (8-bit: sign-extended and converted, 4 x VPMOVSXBD + VCVTDQ2PS;
+ * 4-bit: looked up by nibble, nib32, the even and odd columns of each 32 in registers of their
+ * own, which the sums and scales follow until the store), times their scales (the dequantized
+ * weights, bit for bit ember_dequantize's), then one VFMADD per row and zmm with the row's value
+ * broadcast. */
 #include <immintrin.h>
 
 #include "fq_matmul.h"
@@ -23,14 +24,38 @@
 #define FQ_PF 16
 #define FQ_PF2 64
 
-/* 64 4-bit values (32 bytes at p, value j in byte j / 2, low nibble first; bytes off in m read
- * nothing) as 64 int8 in column order */
-static inline __attribute__((always_inline)) __m512i nibbles64(const uint8_t *p, __mmask32 m) {
-    const __m512i x = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, p)); /* a byte a lane */
-    const __m512i lo = _mm512_and_si512(x, _mm512_set1_epi16(0x0F));
-    const __m512i y = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_srli_epi16(x, 4), 8));
-    const __m512i e = _mm512_set1_epi8(8);
-    return _mm512_sub_epi8(_mm512_xor_si512(y, e), e); /* two's complement nibbles */
+/* 32 4-bit values (16 bytes at p, bytes off in m read nothing) as f32 by table lookup: the even
+ * columns (low nibbles) in *ev, the odd ones (high nibbles) in *od. Each byte goes to a dword
+ * lane (VPMOVZXBD), and VPERMPS reads a lane's low 4 bits as the index into tab, the 16 values a
+ * two's complement nibble stands for: 3 instructions for 32 values, where spreading the nibbles
+ * to bytes in column order, extracting, sign-extending and converting them took about 4.5 per
+ * 16. The same floats, in another column order (interleave undoes it). */
+static inline __attribute__((always_inline)) void nib32(const uint8_t *p, __mmask16 m, __m512 tab,
+                                                        __m512 *ev, __m512 *od) {
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, p));
+    *ev = _mm512_permutexvar_ps(b, tab);
+    *od = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tab);
+}
+
+/* f32 values of the 16 two's complement nibbles, by nibble */
+static inline __attribute__((always_inline)) __m512 nib_table(void) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+}
+
+/* columns [0, 32) in x0, x1 -> the even ones in *ev, the odd in *od (nib32's order) */
+static inline __attribute__((always_inline)) void deinterleave(__m512 x0, __m512 x1, __m512 *ev,
+                                                               __m512 *od) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    *ev = _mm512_permutex2var_ps(x0, ie, x1);
+    *od = _mm512_permutex2var_ps(x0, _mm512_add_epi32(ie, _mm512_set1_epi32(1)), x1);
+}
+
+/* nib32's order back to columns: [0, 16) in *x0, [16, 32) in *x1 */
+static inline __attribute__((always_inline)) void interleave(__m512 ev, __m512 od, __m512 *x0,
+                                                             __m512 *x1) {
+    const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    *x0 = _mm512_permutex2var_ps(ev, i0, od);
+    *x1 = _mm512_permutex2var_ps(ev, _mm512_add_epi32(i0, _mm512_set1_epi32(8)), od);
 }
 
 /* 16 effective scales from index i (lanes off in mk read nothing) */
@@ -82,11 +107,20 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
     int64_t kb = k0 / jb->bk, next = (kb + 1) * jb->bk;
     __m512 s[4];
     scales(jb, kb, j, mk, s);
+    if (bits == 4) { /* in nib32's order */
+        deinterleave(s[0], s[1], &s[0], &s[1]);
+        deinterleave(s[2], s[3], &s[2], &s[3]);
+    }
+    const __m512 tab = nib_table();
     for (int64_t kk = k0; kk < k1; kk++) {
         if (kk == next) {
             kb++;
             next += jb->bk;
             scales(jb, kb, j, mk, s);
+            if (bits == 4) {
+                deinterleave(s[0], s[1], &s[0], &s[1]);
+                deinterleave(s[2], s[3], &s[2], &s[3]);
+            }
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
         if (kk + FQ_PF < k)
@@ -94,23 +128,21 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
         if (pf_task && kk + FQ_PF2 < k)
             for (int l = 0; l < 64 * bits / 128; l++)
                 _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
-        __m128i v[4];
+        __m512 w[4];
         if (bits == 8) {
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                v[t] = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
-                            : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
-        } else {
-            const __m512i x = nibbles64(q, m4);
-            v[0] = _mm512_castsi512_si128(x);
-            v[1] = _mm512_extracti32x4_epi32(x, 1);
-            v[2] = _mm512_extracti32x4_epi32(x, 2);
-            v[3] = _mm512_extracti32x4_epi32(x, 3);
-        }
-        __m512 w[4];
+            for (int t = 0; t < 4; t++) {
+                const __m128i v = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
+                                       : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
+                w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+            }
+        } else { /* even and odd columns of [j, j + 32), then of [j + 32, j + 64) */
+            nib32(q, (__mmask16)m4, tab, &w[0], &w[1]);
+            nib32(q + 16, (__mmask16)(m4 >> 16), tab, &w[2], &w[3]);
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v[t])));
+            for (int t = 0; t < 4; t++)
+                w[t] = _mm512_mul_ps(s[t], w[t]);
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 x = _mm512_set1_ps(jb->a[(i0 + r) * k + kk]);
@@ -148,12 +180,12 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
     const int64_t k = jb->k, ldb = jb->ldb;
     const int lines = bits * 256 / 8 / 64; /* a K row of the task: 4 lines (8-bit) or 2 */
     const __mmask16 all[4] = {0xffff, 0xffff, 0xffff, 0xffff};
-    const __mmask32 all32 = (__mmask32)0xffffffffu;
     float sb[256] __attribute__((aligned(64))); /* the scales of the current K block */
     __m512 c[16];
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++)
         c[t] = _mm512_setzero_ps();
+    const __m512 tab = nib_table();
     int64_t kb = -1, next = 0;
     for (int64_t kk = 0; kk < k; kk++) {
         if (kk == next) { /* a new scale block along K */
@@ -162,6 +194,9 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
             for (int g = 0; g < 4; g++) {
                 __m512 sg[4];
                 scales(jb, kb, j0 + 64 * g, all, sg);
+                if (bits == 4) /* in nib32's order */
+                    for (int h = 0; h < 2; h++)
+                        deinterleave(sg[2 * h], sg[2 * h + 1], &sg[2 * h], &sg[2 * h + 1]);
                 for (int t = 0; t < 4; t++)
                     _mm512_store_ps(sb + 64 * g + 16 * t, sg[t]);
             }
@@ -176,28 +211,33 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
             for (int l = 0; l < lines; l++)
                 _mm_prefetch((const char *)(q + FQ_PF * ldb + 64 * l), _MM_HINT_T0);
         const __m512 x = _mm512_set1_ps(jb->a[kk]);
+        if (bits == 4) { /* 32 columns at a time, in nib32's order */
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++) {
+                __m512 ev, od;
+                nib32(q + 16 * h, 0xffff, tab, &ev, &od);
+                c[2 * h] =
+                    _mm512_fmadd_ps(x, _mm512_mul_ps(_mm512_load_ps(sb + 32 * h), ev), c[2 * h]);
+                c[2 * h + 1] = _mm512_fmadd_ps(
+                    x, _mm512_mul_ps(_mm512_load_ps(sb + 32 * h + 16), od), c[2 * h + 1]);
+            }
+            continue;
+        }
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) {
-            __m128i v[4];
-            if (bits == 8) {
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++)
-                    v[t] = _mm_loadu_si128((const __m128i *)(q + 64 * g + 16 * t));
-            } else {
-                const __m512i y = nibbles64(q + 32 * g, all32);
-                v[0] = _mm512_castsi512_si128(y);
-                v[1] = _mm512_extracti32x4_epi32(y, 1);
-                v[2] = _mm512_extracti32x4_epi32(y, 2);
-                v[3] = _mm512_extracti32x4_epi32(y, 3);
-            }
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++) {
+                const __m128i v = _mm_loadu_si128((const __m128i *)(q + 64 * g + 16 * t));
                 const __m512 w = _mm512_mul_ps(_mm512_load_ps(sb + 64 * g + 16 * t),
-                                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v[t])));
+                                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
                 c[4 * g + t] = _mm512_fmadd_ps(x, w, c[4 * g + t]);
             }
         }
     }
+    if (bits == 4)
+#pragma GCC unroll 8
+        for (int h = 0; h < 8; h++)
+            interleave(c[2 * h], c[2 * h + 1], &c[2 * h], &c[2 * h + 1]);
 #pragma GCC unroll 16
     for (int t = 0; t < 16; t++)
         _mm512_storeu_ps(jb->c + j0 + 16 * t, c[t]);
@@ -245,8 +285,19 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
             }
         }
     }
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = j0; j < j1; j += 16)
-            _mm512_mask_storeu_ps(jb->c + i * n + j, ember__tail_mask16(j1 - j),
-                                  _mm512_load_ps(acc + i * EMBER__FQ_TASK_COLS + (j - j0)));
+    for (int64_t i = 0; i < m; i++) {
+        const float *ai = acc + i * EMBER__FQ_TASK_COLS;
+        if (jb->bits == 4) /* the sums are in nib32's order, 32 columns at a time */
+            for (int64_t j = j0; j < j1; j += 32) {
+                __m512 x0, x1;
+                interleave(_mm512_load_ps(ai + (j - j0)), _mm512_load_ps(ai + (j - j0) + 16), &x0,
+                           &x1);
+                _mm512_mask_storeu_ps(jb->c + i * n + j, ember__tail_mask16(j1 - j), x0);
+                _mm512_mask_storeu_ps(jb->c + i * n + j + 16, ember__tail_mask16(j1 - j - 16), x1);
+            }
+        else
+            for (int64_t j = j0; j < j1; j += 16)
+                _mm512_mask_storeu_ps(jb->c + i * n + j, ember__tail_mask16(j1 - j),
+                                      _mm512_load_ps(ai + (j - j0)));
+    }
 }
