@@ -1119,8 +1119,9 @@ static void test_fq_decode_row(void) {
 
 /* The fused path's AVX2 kernel (CPUs without AVX-512) takes 32 or 64 columns a pass over the
  * whole K where the AVX-512 one takes 64 and chunks of K: the same products in the same order,
- * so a context capped at avx2 gives the uncapped context's results bit for bit (1, 2, 3, 5 and
- * 8 rows; every scheme of fq_scheme the path takes; ragged last columns). Both are also checked
+ * so a context capped at avx2 gives the uncapped context's results bit for bit (1, 2, 3, 5, 8,
+ * 12 and 37 rows; K in one chunk of the AVX-512 kernel and in three; every scheme of fq_scheme
+ * the path takes; ragged last columns). Both are also checked
  * against the float64 reference. */
 static void test_fq_avx2(void) {
     if (!ember__qtier_available(EMBER__QT_AVX2))
@@ -1133,59 +1134,63 @@ static void test_fq_avx2(void) {
     TU_OK(ember_context_create(&o, &ctx));
     o.cpu_max_isa = "avx2";
     TU_OK(ember_context_create(&o, &c2));
-    static const int64_t ms[] = {1, 2, 3, 5, 8};
-    const int64_t k = 96, n = 300; /* a task of 256 columns and one of 44 */
+    /* more than 8 rows: the AVX-512 kernel dequantizes a K chunk's weights once for all groups */
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 12, 37};
+    const int64_t n = 300; /* a task of 256 columns and one of 44 */
     int compared = 0;
-    for (int kind = 0; kind <= 11; kind++) {
-        if (kind == 7 || kind == 4)
-            continue; /* left to dequantize + float matmul, or blocks across the columns */
-        ember_qscheme s = fq_scheme(kind, k, n);
-        ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
-        if (ember_quantize(wf, &s, &w) != EMBER_OK) {
+    for (int ki = 0; ki < 2; ki++) {
+        const int64_t k = ki ? 288 : 96; /* one K chunk of the AVX-512 kernel, or three */
+        for (int kind = 0; kind <= 11; kind++) {
+            if (kind == 7 || kind == 4)
+                continue; /* left to dequantize + float matmul, or blocks across the columns */
+            ember_qscheme s = fq_scheme(kind, k, n);
+            ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+            if (ember_quantize(wf, &s, &w) != EMBER_OK) {
+                ember_tensor_free(wf);
+                continue;
+            }
             ember_tensor_free(wf);
-            continue;
+            /* the same weights in the capped context, from their bytes */
+            size_t nb = 0;
+            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
+            uint8_t *bytes = malloc(nb);
+            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
+            ember_tensor *w2 = NULL;
+            TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
+            free(bytes);
+            for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++) {
+                const int64_t m = ms[a];
+                ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *x2 = NULL;
+                float *xs = malloc((size_t)(m * k) * 4);
+                TU_OK(ember_tensor_read(x, xs, (size_t)(m * k) * 4));
+                TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x2));
+                ember_tensor *y = NULL, *y2 = NULL;
+                TU_OK(ember_q_matmul(x, w, &y));
+                TU_OK(ember_q_matmul(x2, w2, &y2));
+                float *o1 = malloc((size_t)(m * n) * 4), *o2 = malloc((size_t)(m * n) * 4);
+                TU_OK(ember_tensor_read(y, o1, (size_t)(m * n) * 4));
+                TU_OK(ember_tensor_read(y2, o2, (size_t)(m * n) * 4));
+                const int same = memcmp(o1, o2, (size_t)(m * n) * 4) == 0;
+                CU_ASSERT(same);
+                if (!same)
+                    printf("\n  scheme %d, %lld rows: the avx2 kernel's results differ", kind,
+                           (long long)m);
+                int64_t cells;
+                double *ref = reference(x2, w2, &cells);
+                CU_ASSERT(max_rel_err(y2, ref, cells) < 1e-5);
+                compared++;
+                free(ref);
+                free(xs);
+                free(o1);
+                free(o2);
+                ember_tensor_free(x);
+                ember_tensor_free(x2);
+                ember_tensor_free(y);
+                ember_tensor_free(y2);
+            }
+            ember_tensor_free(w);
+            ember_tensor_free(w2);
         }
-        ember_tensor_free(wf);
-        /* the same weights in the capped context, from their bytes */
-        size_t nb = 0;
-        TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
-        uint8_t *bytes = malloc(nb);
-        TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
-        ember_tensor *w2 = NULL;
-        TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
-        free(bytes);
-        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++) {
-            const int64_t m = ms[a];
-            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *x2 = NULL;
-            float *xs = malloc((size_t)(m * k) * 4);
-            TU_OK(ember_tensor_read(x, xs, (size_t)(m * k) * 4));
-            TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x2));
-            ember_tensor *y = NULL, *y2 = NULL;
-            TU_OK(ember_q_matmul(x, w, &y));
-            TU_OK(ember_q_matmul(x2, w2, &y2));
-            float *o1 = malloc((size_t)(m * n) * 4), *o2 = malloc((size_t)(m * n) * 4);
-            TU_OK(ember_tensor_read(y, o1, (size_t)(m * n) * 4));
-            TU_OK(ember_tensor_read(y2, o2, (size_t)(m * n) * 4));
-            const int same = memcmp(o1, o2, (size_t)(m * n) * 4) == 0;
-            CU_ASSERT(same);
-            if (!same)
-                printf("\n  scheme %d, %lld rows: the avx2 kernel's results differ", kind,
-                       (long long)m);
-            int64_t cells;
-            double *ref = reference(x2, w2, &cells);
-            CU_ASSERT(max_rel_err(y2, ref, cells) < 1e-5);
-            compared++;
-            free(ref);
-            free(xs);
-            free(o1);
-            free(o2);
-            ember_tensor_free(x);
-            ember_tensor_free(x2);
-            ember_tensor_free(y);
-            ember_tensor_free(y2);
-        }
-        ember_tensor_free(w);
-        ember_tensor_free(w2);
     }
     CU_ASSERT(compared >= 40);
     ember_context_destroy(c2);

@@ -88,60 +88,100 @@ scales(const ember__fq_job *jb, int64_t kb, int64_t j, const __mmask16 mk[4], __
         s[t] = scales16(jb, e0 + j + 16 * t, mk[t]);
 }
 
-/* rows [i0, i0 + R) x columns [j, j + 64) over K steps [k0, k1): sums from and back to acc
- * (row stride EMBER__FQ_TASK_COLS) */
-static inline __attribute__((always_inline)) void group(const ember__fq_job *jb, int64_t i0,
-                                                        const int R, int64_t j,
-                                                        const __mmask16 mk[4], int full, int64_t k0,
-                                                        int64_t k1, float *acc, int pf_task) {
+/* A pass over K steps of columns [j, j + 64): the scales of the current block along K (in nib32's
+ * order for 4-bit values) and what reads the weights needs. */
+typedef struct wpass {
+    const ember__fq_job *jb;
+    int64_t j, kb, next;
+    const __mmask16 *mk;
+    int full, pf_task;
+    __mmask32 m4; /* 4-bit: the bytes of the valid columns */
+    __m512 s[4], tab;
+} wpass;
+
+static inline __attribute__((always_inline)) void wpass_scales(wpass *w) {
+    scales(w->jb, w->kb, w->j, w->mk, w->s);
+    if (w->jb->bits == 4) { /* in nib32's order */
+        deinterleave(w->s[0], w->s[1], &w->s[0], &w->s[1]);
+        deinterleave(w->s[2], w->s[3], &w->s[2], &w->s[3]);
+    }
+}
+
+static inline __attribute__((always_inline)) void wpass_init(wpass *w, const ember__fq_job *jb,
+                                                             int64_t j, const __mmask16 mk[4],
+                                                             int full, int64_t k0, int pf_task) {
+    const int64_t nvb = (jb->n - j + 1) / 2;
+    w->jb = jb;
+    w->j = j;
+    w->mk = mk;
+    w->full = full;
+    w->pf_task = pf_task;
+    w->m4 = nvb >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << nvb) - 1u);
+    w->kb = k0 / jb->bk;
+    w->next = (w->kb + 1) * jb->bk;
+    w->tab = nib_table();
+    wpass_scales(w);
+}
+
+/* The dequantized weights of K step kk (the pass's steps in order): 64 columns, in nib32's
+ * order for 4-bit values. The weights' rows are fetched FQ_PF steps ahead into L1 and, by the
+ * pass that starts a task (pf_task), the whole row of the task FQ_PF2 steps ahead into L2. */
+static inline __attribute__((always_inline)) void wpass_step(wpass *w, int64_t kk, int bits,
+                                                             __m512 out[4]) {
+    const ember__fq_job *jb = w->jb;
     const int64_t k = jb->k, ldb = jb->ldb;
-    const int bits = jb->bits;
-    const int64_t nvb = (jb->n - j + 1) / 2; /* 4-bit: the bytes of the valid columns */
-    const __mmask32 m4 = nvb >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << nvb) - 1u);
+    if (kk == w->next) {
+        w->kb++;
+        w->next += jb->bk;
+        wpass_scales(w);
+    }
+    const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? w->j : w->j / 2);
+    if (kk + FQ_PF < k)
+        _mm_prefetch((const char *)(q + FQ_PF * ldb), _MM_HINT_T0);
+    if (w->pf_task && kk + FQ_PF2 < k)
+        for (int l = 0; l < 64 * bits / 128; l++)
+            _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
+    if (bits == 8) {
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const __m128i v = w->full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
+                                      : _mm_maskz_loadu_epi8(w->mk[t], q + 16 * t);
+            out[t] = _mm512_mul_ps(w->s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+        }
+    } else { /* even and odd columns of [j, j + 32), then of [j + 32, j + 64) */
+        nib32(q, (__mmask16)w->m4, w->tab, &out[0], &out[1]);
+        nib32(q + 16, (__mmask16)(w->m4 >> 16), w->tab, &out[2], &out[3]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            out[t] = _mm512_mul_ps(w->s[t], out[t]);
+    }
+}
+
+/* rows [i0, i0 + R) x columns [j, j + 64) over K steps [k0, k1), sums from and back to acc (row
+ * stride EMBER__FQ_TASK_COLS); the weights of each step from wbuf (64 floats a step, from
+ * dequant64) or, without it, dequantized here */
+static inline __attribute__((always_inline)) void
+group(const ember__fq_job *jb, int64_t i0, const int R, int64_t j, const __mmask16 mk[4], int full,
+      int64_t k0, int64_t k1, float *acc, int pf_task, const float *wbuf) {
+    const int64_t k = jb->k;
     __m512 c[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             c[r][t] = _mm512_load_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t);
-    int64_t kb = k0 / jb->bk, next = (kb + 1) * jb->bk;
-    __m512 s[4];
-    scales(jb, kb, j, mk, s);
-    if (bits == 4) { /* in nib32's order */
-        deinterleave(s[0], s[1], &s[0], &s[1]);
-        deinterleave(s[2], s[3], &s[2], &s[3]);
-    }
-    const __m512 tab = nib_table();
+    wpass wp; /* (with wbuf only made, which keeps the compiler's flow analysis simple) */
+    wpass_init(&wp, jb, j, mk, full, k0, pf_task);
     for (int64_t kk = k0; kk < k1; kk++) {
-        if (kk == next) {
-            kb++;
-            next += jb->bk;
-            scales(jb, kb, j, mk, s);
-            if (bits == 4) {
-                deinterleave(s[0], s[1], &s[0], &s[1]);
-                deinterleave(s[2], s[3], &s[2], &s[3]);
-            }
-        }
-        const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
-        if (kk + FQ_PF < k)
-            _mm_prefetch((const char *)(q + FQ_PF * ldb), _MM_HINT_T0);
-        if (pf_task && kk + FQ_PF2 < k)
-            for (int l = 0; l < 64 * bits / 128; l++)
-                _mm_prefetch((const char *)(q + FQ_PF2 * ldb + 64 * l), _MM_HINT_T1);
         __m512 w[4];
-        if (bits == 8) {
-#pragma GCC unroll 4
-            for (int t = 0; t < 4; t++) {
-                const __m128i v = full ? _mm_loadu_si128((const __m128i *)(q + 16 * t))
-                                       : _mm_maskz_loadu_epi8(mk[t], q + 16 * t);
-                w[t] = _mm512_mul_ps(s[t], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
-            }
-        } else { /* even and odd columns of [j, j + 32), then of [j + 32, j + 64) */
-            nib32(q, (__mmask16)m4, tab, &w[0], &w[1]);
-            nib32(q + 16, (__mmask16)(m4 >> 16), tab, &w[2], &w[3]);
+        if (wbuf) {
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
-                w[t] = _mm512_mul_ps(s[t], w[t]);
+                w[t] = _mm512_load_ps(wbuf + (kk - k0) * 64 + 16 * t);
+        } else if (jb->bits == 8) {
+            wpass_step(&wp, kk, 8, w);
+        } else {
+            wpass_step(&wp, kk, 4, w);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -156,6 +196,29 @@ static inline __attribute__((always_inline)) void group(const ember__fq_job *jb,
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             _mm512_store_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t, c[r][t]);
+}
+
+/* The dequantized weights of columns [j, j + 64) over K steps [k0, k1) into wbuf (64 floats a
+ * step, 32 KiB for a chunk of FQ_KC), for more than 8 rows: each group of 4 rows made them again
+ * before. The same weights, so the same sums. Measured (Zen 5, Q4S blocks of 32, one process per
+ * build, medians): K = 4096, N = 512, one thread (weights in L2), 12 / 16 / 32 / 64 rows 366-375
+ * / 487-494 / 920-932 / 1875-1884 us -> 309-316 / 426-432 / 734 / 1391-1403; K = 4096, N =
+ * 11008, 2 threads, 16 rows 7.0-8.2 -> 5.4-5.8 ms, 64 rows 22.9-24.9 -> 17.3-17.4 (Q8S per
+ * tensor 20.1-22.3 -> 16.3-16.7). From 5 to 8 rows it read level. */
+static void dequant64(const ember__fq_job *jb, int64_t j, const __mmask16 mk[4], int full,
+                      int64_t k0, int64_t k1, int pf_task, float *wbuf) {
+    wpass wp;
+    wpass_init(&wp, jb, j, mk, full, k0, pf_task);
+    for (int64_t kk = k0; kk < k1; kk++) {
+        __m512 w[4];
+        if (jb->bits == 8)
+            wpass_step(&wp, kk, 8, w);
+        else
+            wpass_step(&wp, kk, 4, w);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            _mm512_store_ps(wbuf + (kk - k0) * 64 + 16 * t, w[t]);
+    }
 }
 
 /* One row of the lhs against a task of 256 full columns (a decode row): each K row's bytes of the
@@ -255,6 +318,7 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
     }
     const int64_t m = jb->m, k = jb->k, n = jb->n;
     float acc[EMBER__FQ_MAX_ROWS * EMBER__FQ_TASK_COLS] __attribute__((aligned(64)));
+    float wbuf[FQ_KC * 64] __attribute__((aligned(64))); /* more than 4 rows: dequant64 */
     for (int64_t i = 0; i < m * EMBER__FQ_TASK_COLS; i++)
         acc[i] = 0.0f;
     for (int64_t k0 = 0; k0 < k; k0 += FQ_KC) {
@@ -266,20 +330,26 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
                 mk[t] = ember__tail_mask16(nv - 16 * t);
             const int full = nv >= 64;
             float *aj = acc + (j - j0);
+            const float *wb = NULL;
+            if (m > 8) {
+                dequant64(jb, j, mk, full, k0, k1, j == j0, wbuf);
+                wb = wbuf;
+            }
             for (int64_t i0 = 0; i0 < m; i0 += 4) {
                 float *ai = aj + i0 * EMBER__FQ_TASK_COLS;
+                const int pf = i0 == 0 && j == j0;
                 switch (m - i0 >= 4 ? 4 : (int)(m - i0)) {
                 case 4:
-                    group(jb, i0, 4, j, mk, full, k0, k1, ai, i0 == 0 && j == j0);
+                    group(jb, i0, 4, j, mk, full, k0, k1, ai, pf, wb);
                     break;
                 case 3:
-                    group(jb, i0, 3, j, mk, full, k0, k1, ai, i0 == 0 && j == j0);
+                    group(jb, i0, 3, j, mk, full, k0, k1, ai, pf, wb);
                     break;
                 case 2:
-                    group(jb, i0, 2, j, mk, full, k0, k1, ai, i0 == 0 && j == j0);
+                    group(jb, i0, 2, j, mk, full, k0, k1, ai, pf, wb);
                     break;
                 default:
-                    group(jb, i0, 1, j, mk, full, k0, k1, ai, i0 == 0 && j == j0);
+                    group(jb, i0, 1, j, mk, full, k0, k1, ai, pf, wb);
                     break;
                 }
             }
