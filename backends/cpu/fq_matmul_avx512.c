@@ -170,7 +170,7 @@ group(const ember__fq_job *jb, int64_t i0, const int R, int64_t j, const __mmask
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             c[r][t] = _mm512_load_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t);
-    wpass wp; /* (with wbuf only made, which keeps the compiler's flow analysis simple) */
+    wpass wp; /* made with wbuf too, unused then: GCC 12 saw it read uninitialized */
     wpass_init(&wp, jb, j, mk, full, k0, pf_task);
     for (int64_t kk = k0; kk < k1; kk++) {
         __m512 w[4];
@@ -318,7 +318,7 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
     }
     const int64_t m = jb->m, k = jb->k, n = jb->n;
     float acc[EMBER__FQ_MAX_ROWS * EMBER__FQ_TASK_COLS] __attribute__((aligned(64)));
-    float wbuf[FQ_KC * 64] __attribute__((aligned(64))); /* more than 4 rows: dequant64 */
+    float wbuf[FQ_KC * 64] __attribute__((aligned(64))); /* more than 8 rows: dequant64 */
     for (int64_t i = 0; i < m * EMBER__FQ_TASK_COLS; i++)
         acc[i] = 0.0f;
     for (int64_t k0 = 0; k0 < k; k0 += FQ_KC) {
