@@ -732,9 +732,64 @@ epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int
     }
 }
 
+/* Two chunks' signed int32 sums (ba: chunk c, bb: chunk c + 1; rows x 32, row stride 32) into
+ * the float block at once: the operations epi_chunk does for c, then for c + 1, in that order (the
+ * same results), with the float sums read and written once for both instead of once each. first:
+ * c is the row block's first chunk (nothing in facc yet); last: c + 1 is its last (rows of C are
+ * written). The scaling, which does not overlap the tile work on this machine, was bound by its
+ * stores (the tiles' sums and the float sums, 4 lines a row and chunk): 3 a chunk now. Measured
+ * on the H200 host's Xeon (2 cores pinned, noisy; one binary, with and without, alternated, GOPS,
+ * blocks of 32): 512 x 4096^2 e_q4 1172 / 1290 / 1317 / 984 -> 1340 / 1309 / 1308 / 1171, e_q8b
+ * 1082 / 1137 / 1251 / 933 -> 1303 / 1230 / 1217 / 1101; 128 x 4096^2 e_q4 1133 / 1119 / 1198 /
+ * 904 -> 1340 / 1181 / 1230 / 1085, e_q8b 1026 / 959 / 1100 / 829 -> 1206 / 1065 / 1109 / 939;
+ * 1024^3 e_q4 1080-1188 -> 1180-1389; 2048^3 level (e_q4 1236-1450 against 1268-1409). */
+static inline __attribute__((always_inline)) void
+epi_pair(const ember__qjob *jb, const int32_t *ba, const int32_t *bb, float *facc, int64_t i,
+         int64_t j, int64_t c, int64_t rows, int first, int last, __mmask16 k0m, __mmask16 k1m) {
+    const ember__qpack *p = jb->p;
+    const int64_t nch = p->nch;
+    __m512 sa0, sa1, sb0, sb1;
+    col_scales(p, c, j, &sa0, &sa1);
+    col_scales(p, c + 1, j, &sb0, &sb1);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *sar = jb->sa + (i + r) * nch + c;
+        __m512 ta0 = sa0, ta1 = sa1, tb0 = sb0, tb1 = sb1;
+        if (!jb->sa_row) {
+            const __m512 ra = _mm512_set1_ps(sar[0]), rb = _mm512_set1_ps(sar[1]);
+            ta0 = _mm512_mul_ps(ra, sa0);
+            ta1 = _mm512_mul_ps(ra, sa1);
+            tb0 = _mm512_mul_ps(rb, sb0);
+            tb1 = _mm512_mul_ps(rb, sb1);
+        }
+        __m512 x0 = _mm512_cvtepi32_ps(_mm512_load_si512(ba + r * 32));
+        __m512 x1 = _mm512_cvtepi32_ps(_mm512_load_si512(ba + r * 32 + 16));
+        if (first) {
+            x0 = _mm512_mul_ps(x0, ta0);
+            x1 = _mm512_mul_ps(x1, ta1);
+        } else {
+            x0 = _mm512_fmadd_ps(x0, ta0, _mm512_load_ps(facc + r * 32));
+            x1 = _mm512_fmadd_ps(x1, ta1, _mm512_load_ps(facc + r * 32 + 16));
+        }
+        x0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(bb + r * 32)), tb0, x0);
+        x1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(bb + r * 32 + 16)), tb1, x1);
+        if (last) {
+            if (jb->sa_row) {
+                const __m512 ra = _mm512_set1_ps(sar[0]);
+                x0 = _mm512_mul_ps(x0, ra);
+                x1 = _mm512_mul_ps(x1, ra);
+            }
+            store_row(jb, jb->c + (i + r) * jb->ldc + j, x0, x1, k0m, k1m);
+        } else {
+            _mm512_store_ps(facc + r * 32, x0);
+            _mm512_store_ps(facc + r * 32 + 16, x1);
+        }
+    }
+}
+
 /* Several K chunks (scale blocks along K, kc % 32 == 0), float output: per 32 x 32 block the
- * chunks are multiplied in turn, and the scaling of chunk c - 1 (vector work) is issued while the
- * tile unit multiplies chunk c (two int32 buffers). (Measured in a standalone loop, the two did
+ * chunks are multiplied in turn, and after the tile work of an even chunk c the scaling of chunks
+ * c - 2 and c - 1 (vector work, epi_pair; a last odd chunk alone, epi_chunk) is issued (two int32
+ * buffers). (Measured in a standalone loop, the two did
  * not overlap on this machine: tile work 83-91 cycles a chunk, scaling 116-127, together 193-211,
  * whatever the order; bench/results/cpu.md.) Panels are made signed once per task panel
  * (4-bit: unpacked; 8-bit: the bias flipped off) and serve every row block of the task: TDPBSSD,
@@ -782,15 +837,19 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     _tile_loadd(5, a1 + ao, 64);
                     _tile_dpbssd(2, 5, 6);
                     _tile_dpbssd(3, 5, 7);
-                    if (c > 0)
-                        epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
-                                  k1m);
+                    if (c >= 2 && !(c & 1)) /* chunks c - 2 and c - 1 */
+                        epi_pair(jb, buf[c & 1], buf[(c - 1) & 1], facc, i, j, c - 2, rows, c == 2,
+                                 0, k0m, k1m);
                     _tile_stored(0, buf[c & 1], 128);
                     _tile_stored(1, buf[c & 1] + 16, 128);
                 }
                 _tile_stored(2, buf[(nch - 1) & 1] + 16 * 32, 128);
                 _tile_stored(3, buf[(nch - 1) & 1] + 16 * 32 + 16, 128);
-                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
+                if (!(nch & 1))
+                    epi_pair(jb, buf[(nch - 2) & 1], buf[(nch - 1) & 1], facc, i, j, nch - 2, rows,
+                             nch == 2, 1, k0m, k1m);
+                else
+                    epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
                 continue;
             }
             for (int64_t c = 0; c < nch; c++) {
@@ -799,13 +858,17 @@ static void block_chunked(const ember__qjob *jb, int64_t i0, int64_t i1, int64_t
                     const int64_t ao = (k / 64) * 2048 + (k % 64);
                     AMX_STEP22(_tile_dpbssd, a0 + ao, a1 + ao, 64, b0 + k * 32, b1 + k * 32, 128);
                 }
-                if (c > 0)
-                    epi_chunk(jb, buf[(c - 1) & 1], facc, i, j, c - 1, rows, c - 1 > 0, 1, k0m,
-                              k1m);
+                if (c >= 2 && !(c & 1)) /* chunks c - 2 and c - 1 */
+                    epi_pair(jb, buf[c & 1], buf[(c - 1) & 1], facc, i, j, c - 2, rows, c == 2, 0,
+                             k0m, k1m);
                 int32_t *dst = buf[c & 1];
                 AMX_STORE4(dst);
             }
-            epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
+            if (!(nch & 1))
+                epi_pair(jb, buf[(nch - 2) & 1], buf[(nch - 1) & 1], facc, i, j, nch - 2, rows,
+                         nch == 2, 1, k0m, k1m);
+            else
+                epi_chunk(jb, buf[(nch - 1) & 1], facc, i, j, nch - 1, rows, 2, 1, k0m, k1m);
         }
     }
 }
