@@ -742,7 +742,8 @@ epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int
  * blocks of 32): 512 x 4096^2 e_q4 1172 / 1290 / 1317 / 984 -> 1340 / 1309 / 1308 / 1171, e_q8b
  * 1082 / 1137 / 1251 / 933 -> 1303 / 1230 / 1217 / 1101; 128 x 4096^2 e_q4 1133 / 1119 / 1198 /
  * 904 -> 1340 / 1181 / 1230 / 1085, e_q8b 1026 / 959 / 1100 / 829 -> 1206 / 1065 / 1109 / 939;
- * 1024^3 e_q4 1080-1188 -> 1180-1389; 2048^3 level (e_q4 1236-1450 against 1268-1409). */
+ * 1024^3 e_q4 1080-1188 -> 1180-1389 (and a first 870); 2048^3 level (e_q4 1236-1450 against
+ * 1268-1409). */
 static inline __attribute__((always_inline)) void
 epi_pair(const ember__qjob *jb, const int32_t *ba, const int32_t *bb, float *facc, int64_t i,
          int64_t j, int64_t c, int64_t rows, int first, int last, __mmask16 k0m, __mmask16 k1m) {
