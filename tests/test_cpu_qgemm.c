@@ -902,6 +902,7 @@ static void test_wide_same_bits(void) {
         {"float B, dynamic quantization", 2, 2, {20, 64}, {64, 300}, 0, 1},
     };
     ember_context *ctx[2];
+    ember__qgemm_serial_off = 1;  /* these products are small: spread them over the threads too */
     for (int c = 0; c < 2; c++) { /* 2 and 3 threads */
         ember_options o = ember_options_default();
         o.enable_opencl = 0;
@@ -957,6 +958,7 @@ static void test_wide_same_bits(void) {
         free(xa);
         free(xb);
     }
+    ember__qgemm_serial_off = 0;
     ember_context_destroy(ctx[0]);
     ember_context_destroy(ctx[1]);
 }
@@ -1524,8 +1526,10 @@ static void test_many_threads(void) {
     TU_OK(ember_context_create(&o, &ctx));
     static const int64_t shapes[][3] = {
         {8, 96, 2000}, {100, 96, 900}, {300, 200, 3000}, {600, 64, 2100}};
-    for (int q = 0; q < 4; q++) /* a first call, then the packed weights */
+    ember__qgemm_serial_off = 1; /* the small ones too: every thread may take a task */
+    for (int q = 0; q < 4; q++)  /* a first call, then the packed weights */
         q8_right(ctx, shapes[q][0], shapes[q][1], shapes[q][2], calls);
+    ember__qgemm_serial_off = 0;
     ember_context_destroy(ctx);
 }
 
@@ -1608,6 +1612,55 @@ static void test_task_runs(void) {
         free(want);
         free(got);
     }
+}
+
+/* A product small enough (qgemm.c, serial_product: under 15 us on one thread by the tier's rate,
+ * B within 256 KiB) runs on the calling thread: a 2-thread context hands nothing to its pool for
+ * it, first call or cached, and its results are those of the same product spread over the threads
+ * (ember__qgemm_serial_off), bit for bit, and right. A large one still goes to the pool. */
+static void test_small_serial(void) {
+    const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_context *ctx = cpu_threads(2);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    ember__cpu_state *s = ember__cpu_state_of(ctx);
+    /* small on every tier (the scalar one: under 5 us by its rate); the last large on every tier
+     * (AMX: about 54 us on one thread) */
+    static const int64_t shapes[][3] = {{8, 64, 64}, {20, 96, 64}, {1, 200, 64}, {256, 512, 512}};
+    for (int q = 0; q < 4; q++) {
+        const int64_t as[2] = {shapes[q][0], shapes[q][2]}, bs[2] = {shapes[q][2], shapes[q][1]};
+        const int64_t cells = as[0] * bs[1];
+        float *xa = malloc((size_t)(as[0] * as[1]) * 4), *xb = malloc((size_t)(bs[0] * bs[1]) * 4);
+        float *o[3] = {malloc((size_t)cells * 4), malloc((size_t)cells * 4),
+                       malloc((size_t)cells * 4)};
+        CU_ASSERT_FATAL(xa && xb && o[0] && o[1] && o[2]);
+        tu_rand_f32(&rng, xa, (size_t)(as[0] * as[1]), -2.0f, 2.0f);
+        tu_rand_f32(&rng, xb, (size_t)(bs[0] * bs[1]), -2.0f, 2.0f);
+        ember_tensor *a = tensor_of(ctx, &sq, 2, as, xa), *b = tensor_of(ctx, &sq, 2, bs, xb);
+        int64_t n;
+        double *ref = reference(a, b, &n);
+        for (int call = 0; call < 3; call++) { /* first call, cached, cached on the threads */
+            ember__qgemm_serial_off = call == 2;
+            const long long j0 = ember__cpu_pool_jobs(s);
+            ember_tensor *y = NULL;
+            TU_OK(ember_q_matmul(a, b, &y));
+            const long long jobs = ember__cpu_pool_jobs(s) - j0;
+            CU_ASSERT(call < 2 && q < 3 ? jobs == 0 : jobs > 0);
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            TU_OK(ember_tensor_read(y, o[call], (size_t)cells * 4));
+            ember_tensor_free(y);
+        }
+        ember__qgemm_serial_off = 0;
+        CU_ASSERT(memcmp(o[0], o[1], (size_t)cells * 4) == 0);
+        CU_ASSERT(memcmp(o[1], o[2], (size_t)cells * 4) == 0);
+        free(ref);
+        ember_tensor_free(a);
+        ember_tensor_free(b);
+        for (int c = 0; c < 3; c++)
+            free(o[c]);
+        free(xa);
+        free(xb);
+    }
+    ember_context_destroy(ctx);
 }
 
 /* m x k int8 A against the packed p (from B [k, n], plain row-major): the int32 products equal the
@@ -1974,6 +2027,7 @@ int main(void) {
         {"thread pool", test_thread_pool},
         {"more than 64 pool threads", test_many_threads},
         {"row-block runs: every task once, any schedule", test_task_runs},
+        {"small products on the calling thread, the same bits", test_small_serial},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
         {"packed values from 4 MiB in 2 MiB-aligned regions, exact", test_pack_placement},
         {"pack regions: recycled per context, trimmed, failure, tensor free", test_pack_regions},

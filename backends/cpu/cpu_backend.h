@@ -55,6 +55,8 @@ void ember__cpu_wait_step(int *spins);
 int ember__cpu_pool_pinned(const ember__cpu_state *s);
 /* How many times the pool's workers have gone to sleep after polling in vain (tests read it). */
 long long ember__cpu_pool_sleeps(const ember__cpu_state *s);
+/* How many parallel_for calls were handed to the pool's workers (not run inline; tests read it). */
+long long ember__cpu_pool_jobs(const ember__cpu_state *s);
 /* The CPU state of a context (its CPU backend is always present). */
 ember__cpu_state *ember__cpu_state_of(const ember_context *ctx);
 

@@ -88,6 +88,7 @@ static int qtier_probe(ember__qtier t) {
 }
 
 int ember__avx2_no_vnni = 0;
+int ember__qgemm_serial_off = 0;
 
 /* CPUID.(EAX=7, ECX=1):EAX bit 4, on a machine with the AVX2 tier (the OS saves the ymm state) */
 static int avxvnni_probe(void) {
@@ -652,6 +653,25 @@ static ember__qblock_fn block_fn(ember__qtier t) {
     }
 }
 
+/* A product this small runs on the calling thread alone: its estimated time on one thread (the
+ * tier's rate per thread, roughly measured) is under 15 us and B (bbytes) fits one core's L2.
+ * Handing half of it to the pool's worker cost more than it saved, the more so where the worker
+ * has gone to sleep since the last call (bench_qgemm runs other libraries between ember's calls).
+ * bench_qgemm --shape, one thread against two, e_q8 GOPS: Zen 5 (VNNI tier) 128^3 643-675 /
+ * 411-517, 64 x 256 x 256 659 / 528, 8 x 512 x 512 774 / 673, 160^3 590 / 566, but 192^3 741 /
+ * 1245; the H200 host's Xeon (AMX tier) 256^3 1304 / 835, 32 x 256 x 512 1260 / 889, 64 x 256 x 256
+ * 996 / 620, 128^3 403 / 437, but 512^3 878 / 2992, and its VNNI tier 128^3 384 / 313, 256^3 589 /
+ * 1042. One row is bound by reading B, which two threads do faster (1 x 1024^2 on the Xeon: 50 /
+ * 86): B of 1 MiB there is past the L2 bound. */
+static int serial_product(ember__qtier t, int64_t m, int64_t n, int64_t k, double bbytes) {
+    const double per_thread = t == EMBER__QT_AMX      ? 2.5e12
+                              : t == EMBER__QT_AVX512 ? 0.6e12
+                              : t == EMBER__QT_AVX2   ? 0.3e12
+                                                      : 0.05e12;
+    return !ember__qgemm_serial_off && bbytes <= 256.0 * 1024 &&
+           2.0 * (double)m * (double)n * (double)k / per_thread <= 15e-6;
+}
+
 static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,
                               int64_t lda, const float *sa, const ember__qpack *p, float *C,
                               int32_t *C32, int64_t ldc) {
@@ -682,7 +702,9 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * (qgemm_amx.c, block_chunked; on this machine the two do not run side by side, so the
      * product takes their sum: bench/results/cpu.md). 4-bit B: 434-447 GOPS against 294-302 on
      * VNNI at M = 512, K = N = 4096, blocks of 32. */
-    const int nt = s ? s->num_threads : 1;
+    const int serial =
+        serial_product(t, m, p->n, p->k, (double)p->kp * (double)p->np * p->bits / 8.0);
+    const int nt = s && !serial ? s->num_threads : 1;
     /* AMX works on 32-row blocks; the vector tiers pad rows to 32 as well (cheap). */
     const int64_t mp = round_up(m, 32);
     const int amx = t == EMBER__QT_AMX;
@@ -846,7 +868,7 @@ static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, co
      * 1115-1173 on one, and ember on one 1506-1732. Measured with the unit shared, two threads
      * against one (same process, alternated, medians of 9, three rounds): 2048^3 1162 / 1297,
      * 1075 / 980, 973 / 1022; 1024^3 1596 / 1564, 1215 / 1434, 1475 / 1390: within the noise.) */
-    ember__cpu_parallel_for(s, ntasks, run_task, &r);
+    ember__cpu_parallel_for(serial ? NULL : s, ntasks, run_task, &r);
     call_mem_done(s, mem, from_scratch);
     return EMBER_OK;
 }
@@ -907,7 +929,9 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     /* A's rows padded with zeros to whole groups of 4 k (VNNI: the kernel reads 4 bytes at a
      * time) or whole tiles (AMX: 64 k), their sums (VNNI only: the bias correction), and a buffer
      * for each thread at work */
-    const int nt = s ? s->num_threads : 1;
+    const int serial =
+        serial_product(amx ? EMBER__QT_AMX : EMBER__QT_AVX512, m, n, k, (double)k * (double)n);
+    const int nt = s && !serial ? s->num_threads : 1;
     /* two tasks a thread, wide ones: each reads its columns of B's rows as sequential runs */
     int64_t nb = round_up((n + 2 * nt - 1) / (2 * nt), 64);
     if (nb < 256)
@@ -936,7 +960,7 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     slot_map slots;
     slots_init(&slots);
     direct_arg a = {&d, nb, amx, mem + abytes + rbytes, wbytes, &slots};
-    ember__cpu_parallel_for(s, ntasks, direct_task, &a);
+    ember__cpu_parallel_for(serial ? NULL : s, ntasks, direct_task, &a);
     call_mem_done(s, mem, from_scratch);
     return EMBER_OK;
 }

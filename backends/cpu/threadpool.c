@@ -54,6 +54,7 @@ struct pool {
     size_t scratch_bytes; /* its size as asked (0: none) */
     uint64_t spin_ns;     /* an idle worker polls this long before it sleeps */
     atomic_llong sleeps;  /* times a worker went to sleep (tests read it) */
+    atomic_llong jobs;    /* parallel_for calls handed to the workers (tests read it) */
     atomic_uint gen;      /* bumped per job (wakes the workers) */
     atomic_int active;    /* workers inside the current job */
     _Atomic(struct job *) job; /* the open job, NULL between jobs */
@@ -170,6 +171,7 @@ ember_status ember__cpu_pool_start(ember__cpu_state *s) {
     pthread_mutex_init(&p->scratch_mu, NULL);
     p->spin_ns = (uint64_t)s->spin_us * 1000u;
     atomic_init(&p->sleeps, 0);
+    atomic_init(&p->jobs, 0);
     atomic_init(&p->gen, 0);
     atomic_init(&p->active, 0);
     atomic_init(&p->stop, 0);
@@ -249,6 +251,11 @@ long long ember__cpu_pool_sleeps(const ember__cpu_state *s) {
     return p ? atomic_load_explicit(&p->sleeps, memory_order_relaxed) : 0;
 }
 
+long long ember__cpu_pool_jobs(const ember__cpu_state *s) {
+    pool *p = s ? s->kernels : NULL;
+    return p ? atomic_load_explicit(&p->jobs, memory_order_relaxed) : 0;
+}
+
 void ember__cpu_pool_stop(ember__cpu_state *s) {
     pool *p = s ? s->kernels : NULL;
     if (!p)
@@ -280,6 +287,7 @@ void ember__cpu_parallel_for(ember__cpu_state *s, int64_t n_tasks, ember__task_f
         run_inline(n_tasks, fn, arg);
         return;
     }
+    atomic_fetch_add_explicit(&p->jobs, 1, memory_order_relaxed);
     pool_avoid_caller(p);
     job j = {.fn = fn, .arg = arg, .n = n_tasks};
     atomic_init(&j.next, 0);
