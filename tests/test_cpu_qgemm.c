@@ -1617,7 +1617,8 @@ static void test_task_runs(void) {
 /* A product small enough (qgemm.c, serial_product: under 15 us on one thread by the tier's rate,
  * B within 256 KiB) runs on the calling thread: a 2-thread context hands nothing to its pool for
  * it, first call or cached, and its results are those of the same product spread over the threads
- * (ember__qgemm_serial_off), bit for bit, and right. A large one still goes to the pool. */
+ * (ember__qgemm_serial_off), bit for bit, and right. A large one still goes to the pool. The same
+ * for the fused F x Q path. */
 static void test_small_serial(void) {
     const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     ember_context *ctx = cpu_threads(2);
@@ -1659,6 +1660,36 @@ static void test_small_serial(void) {
             free(o[c]);
         free(xa);
         free(xb);
+    }
+    /* the fused float path (F32 lhs against Q8S weights; fq_matmul.c) follows the same rule: two
+     * column tasks of 256 on the calling thread (small for the portable kernel too: under 15 us at
+     * its 1 G multiply-adds a second), a large product on the pool */
+    static const int64_t fshapes[][3] = {{1, 512, 16}, {2, 300, 24}, {8, 1024, 1024}};
+    for (int q = 0; q < 3; q++) {
+        const int64_t m = fshapes[q][0], n = fshapes[q][1], k = fshapes[q][2];
+        ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+        TU_OK(ember_quantize(wf, &sq, &w));
+        ember_tensor_free(wf);
+        ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f);
+        float *o[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
+        CU_ASSERT_FATAL(o[0] && o[1]);
+        for (int call = 0; call < 2; call++) {
+            ember__qgemm_serial_off = call == 1;
+            const long long j0 = ember__cpu_pool_jobs(s);
+            ember_tensor *y = NULL;
+            TU_OK(ember_q_matmul(x, w, &y));
+            const long long jobs = ember__cpu_pool_jobs(s) - j0;
+            CU_ASSERT(call == 0 && q < 2 ? jobs == 0 : jobs > 0);
+            TU_OK(ember_tensor_read(y, o[call], (size_t)(m * n) * 4));
+            ember_tensor_free(y);
+        }
+        ember__qgemm_serial_off = 0;
+        CU_ASSERT(memcmp(o[0], o[1], (size_t)(m * n) * 4) == 0);
+        CU_ASSERT_FALSE(packed(w)); /* the fused path, not dequantize + sgemm */
+        free(o[0]);
+        free(o[1]);
+        ember_tensor_free(x);
+        ember_tensor_free(w);
     }
     ember_context_destroy(ctx);
 }

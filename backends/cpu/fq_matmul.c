@@ -135,7 +135,21 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
                 sstride,
                 cols};
-    ember__cpu_parallel_for(s, g->batch * r.col_tasks, fq_task, &r);
+    /* A product this small runs on the calling thread alone (as qgemm.c's serial_product): under
+     * 15 us of one thread's multiply-adds (about 30 G a second with the AVX-512 kernel, 15 with
+     * the AVX2 one) and weights within 256 KiB. Waking the pool's worker when it has gone to sleep
+     * (an engine's calls come with its other work between them) cost 40-50 us on a Zen 5 VM.
+     * ember_q_matmul, F32 lhs against Q8S per tensor, 2 threads, medians of 400 calls, each after
+     * a 200 us busy gap / back to back: 1 x 512 x 512 50.6 / 6.3 us on the pool against 8.1 / 7.8
+     * on one thread, 4 x 512 x 512 46.5 / 11.8 against 21.6 / 13.9 (it stays on the pool: 35 us).
+     * Back to back, with the worker still polling, the one thread costs up to half the bound: 1 x
+     * 512 x 512 7.0 -> 9.1 us; after a gap it saves the wake: 50.1 -> 11.3. */
+    const double rate = cols == ember__fq_cols_avx512 ? 30e9
+                        : cols == ember__fq_cols_avx2 ? 15e9
+                                                      : 1e9;
+    const int serial = !ember__qgemm_serial_off && (double)k * (double)ldb <= 256.0 * 1024 &&
+                       (double)g->batch * (double)m * (double)n * (double)k / rate <= 15e-6;
+    ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks, fq_task, &r);
     ember__free(eff);
     return EMBER_OK;
 }
