@@ -41,6 +41,22 @@ typedef struct ember__fq_job {
     float *c;    /* [m][n], row stride n */
 } ember__fq_job;
 
+/* Fetch the scales of columns [j, j + ncols) for scale-block row kb (if there is one) into L1.
+ * A row of scales is n scales long, so each block's lie on lines of their own: loaded when the
+ * block starts, they missed the caches at every block (a profile of 4 x 4096 x 11008, Q4S blocks
+ * of 32, put 38% of its samples right after the scale loads). The SIMD kernels fetch the next
+ * block's as a block starts (bench/results/cpu.md, nineteenth session). */
+static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t j,
+                                             int64_t ncols) {
+    if (kb * jb->bk >= jb->k)
+        return;
+    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2; /* f32, or f16 / bf16 */
+    const uintptr_t a = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + (jb->bn == 1 ? j : 0)) * es;
+    const uintptr_t end = a + (size_t)(jb->bn == 1 ? ncols : 1) * es;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
+        __builtin_prefetch((const void *)l, 0, 3);
+}
+
 /* Columns [j0, j1) of the job (j0 a multiple of 64), every row: portable C and AVX-512. */
 void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);
 void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);

@@ -25,19 +25,12 @@
 
 /* the scales of columns [j, j + 32) for scale-block row kb (lanes past n: 0), into sb; the next
  * block's are fetched into L1 (each block's scales sit on lines of their own, which missed the
- * caches at every block start; fq_matmul_avx512.c, scales_prefetch). Zen 5 capped at avx2, 4096 x
- * 11008, blocks of 32, 2 threads, medians, before -> after: 1 row Q4S 2952-3094 -> 2498-2609 us,
+ * caches at every block start; fq_matmul.h, ember__fq_scales_prefetch). Zen 5 capped at avx2, 4096
+ * x 11008, blocks of 32, 2 threads, medians, before -> after: 1 row Q4S 2952-3094 -> 2498-2609 us,
  * Q8S 2551-3192 -> 1971-2002; 2 rows Q8S 3594-3991 -> 3268-3431; 4 and 8 rows level. */
 static void scales32(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t nv, float *sb) {
     const int64_t e0 = kb * jb->nbn;
-    if ((kb + 1) * jb->bk < jb->k) {
-        const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
-        const uintptr_t a =
-            (uintptr_t)jb->sc + (size_t)((kb + 1) * jb->nbn + (jb->bn == 1 ? j : 0)) * es;
-        const uintptr_t end = a + (jb->bn == 1 ? 32 : 1) * es;
-        for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
-            _mm_prefetch((const char *)l, _MM_HINT_T0);
-    }
+    ember__fq_scales_prefetch(jb, kb + 1, j, 32);
     const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
     if (nv >= 32 && jb->bn == 1) { /* a scale per column, 32 of them: eight at a time */
         const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + j) * es;

@@ -73,27 +73,6 @@ static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job
     return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
 }
 
-/* Fetch the scales of columns [j, j + ncols) for scale-block row kb (if there is one) into L1.
- * A row of scales is n scales long, so each block's come from lines of their own: loaded when the
- * block starts, they missed the caches every block (a profile of 4 x 4096 x 11008 Q4S blocks of
- * 32 put 38% of the samples right after the scale loads); fetched a block ahead, they are there.
- * Measured (Zen 5, 4096 x 11008, blocks of 32, f16 scales, medians, without -> with, alternated
- * through a switch): 2 threads, Q4S 2 / 4 / 8 / 16 rows 2744-3327 / 3550 / 4407-4440 / 6230-6545
- * us -> 1630-1746 / 2181-2320 / 3020-3340 / 5160-5243, Q8S 3149-3800 / 4086-4283 / 5189-5532 /
- * 6899-7320 -> 2187-2270 / 2603-2658 / 3642-3644 / 5731-5814, 1 row level to -10%;
- * decode_step's F x Q step, Q8S blocks of 32 3.48-3.72 -> 2.68-3.04 ms, Q4S 2.45-2.80 ->
- * 2.12-2.22. */
-static inline __attribute__((always_inline)) void
-scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t ncols) {
-    if (kb * jb->bk >= jb->k)
-        return;
-    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2; /* f32, or f16 / bf16 */
-    const uintptr_t a = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + (jb->bn == 1 ? j : 0)) * es;
-    const uintptr_t end = a + (size_t)(jb->bn == 1 ? ncols : 1) * es;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
-        _mm_prefetch((const char *)l, _MM_HINT_T0);
-}
-
 /* the scales of columns [j, j + 64) for scale-block row kb */
 static inline __attribute__((always_inline)) void
 scales(const ember__fq_job *jb, int64_t kb, int64_t j, const __mmask16 mk[4], __m512 s[4]) {
@@ -122,7 +101,7 @@ typedef struct wpass {
 
 static inline __attribute__((always_inline)) void wpass_scales(wpass *w) {
     scales(w->jb, w->kb, w->j, w->mk, w->s);
-    scales_prefetch(w->jb, w->kb + 1, w->j, 64);
+    ember__fq_scales_prefetch(w->jb, w->kb + 1, w->j, 64);
     if (w->jb->bits == 4) { /* in nib32's order */
         deinterleave(w->s[0], w->s[1], &w->s[0], &w->s[1]);
         deinterleave(w->s[2], w->s[3], &w->s[2], &w->s[3]);
@@ -285,7 +264,14 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
                 for (int t = 0; t < 4; t++)
                     _mm512_store_ps(sb + 64 * g + 16 * t, sg[t]);
             }
-            scales_prefetch(jb, kb + 1, j0, 256);
+            /* the next block's scales, fetched ahead (fq_matmul.h). Measured (Zen 5, 4096 x
+             * 11008, blocks of 32, f16 scales, medians, without -> with, alternated through a
+             * switch): 2 threads, Q4S 2 / 4 / 8 / 16 rows 2744-3327 / 3550 / 4407-4440 /
+             * 6230-6545 us -> 1630-1746 / 2181-2320 / 3020-3340 / 5160-5243, Q8S 3149-3800 /
+             * 4086-4283 / 5189-5532 / 6899-7320 -> 2187-2270 / 2603-2658 / 3642-3644 /
+             * 5731-5814, 1 row level to -10%; decode_step's F x Q step, Q8S blocks of 32
+             * 3.48-3.72 -> 2.68-3.04 ms, Q4S 2.45-2.80 -> 2.12-2.22. */
+            ember__fq_scales_prefetch(jb, kb + 1, j0, 256);
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j0 : j0 / 2);
         /* the whole K row FQ_PF2 rows ahead into L2 and FQ_PF rows ahead into L1, as group()
