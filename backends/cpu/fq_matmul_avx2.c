@@ -74,9 +74,10 @@ static void scales32(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t nv,
 }
 
 /* 32 values of K row q (8-bit: 32 bytes; 4-bit: 16 bytes, value j in byte j / 2, low nibble
- * first) as four ymm of f32 (columns past nv: 0; nothing past them is read) */
-static inline __attribute__((always_inline)) void values32(const uint8_t *q, const int bits,
-                                                           int64_t nv, __m256 v[4]) {
+ * first) as four ymm of f32 (columns past nv: 0; nothing past them is read). split (4-bit): the
+ * even columns apart from the odd ones (below). */
+static inline __attribute__((always_inline)) void
+values32(const uint8_t *q, const int bits, int64_t nv, __m256 v[4], const int split) {
     uint8_t tmp[32];
     if (bits == 8) {
         const uint8_t *s = q;
@@ -97,6 +98,28 @@ static inline __attribute__((always_inline)) void values32(const uint8_t *q, con
         memcpy(tmp, q, (size_t)((nv + 1) / 2));
         s = tmp;
     }
+    if (split) {
+        /* each byte in a dword lane; a nibble u (0..15) with bit 3 flipped is q + 8 for the two's
+         * complement value q it stands for, so 0x4B000000 | (u ^ 8), as f32, is 2^23 + q + 8
+         * exactly, and less 2^23 + 8 it is q exactly, what VCVTDQ2PS makes of it: 14
+         * instructions for 32 values against 18 below, but 3 more registers, which the 3-row pass
+         * has not got (it spilled: 3 x 4096 x 11008 3743-3962 -> 3892-4497 us). The one-row pass
+         * takes it: Zen 5 capped at avx2, 1 x 4096 x 11008 Q4S blocks of 32, 2 threads 2381-2468
+         * -> 2009-2067 us, one thread 4427-4554 -> 3825-3926 (three alternations). v[0] / v[1] are
+         * the even / odd columns of [0, 16), v[2] / v[3] those of [16, 32) (evens_odds32 orders
+         * the scales so, interleave32 the sums back). */
+        const __m256i mask = _mm256_set1_epi32(0x0F), magic = _mm256_set1_epi32(0x4B000008);
+        const __m256 bias = _mm256_set1_ps(8388616.0f); /* 2^23 + 8 */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + 8 * h)));
+            const __m256i lo = _mm256_xor_si256(_mm256_and_si256(b, mask), magic);
+            const __m256i hi = _mm256_xor_si256(_mm256_srli_epi32(b, 4), magic);
+            v[2 * h] = _mm256_sub_ps(_mm256_castsi256_ps(lo), bias);
+            v[2 * h + 1] = _mm256_sub_ps(_mm256_castsi256_ps(hi), bias);
+        }
+        return;
+    }
     /* a byte a 16-bit lane, then low nibble to the even byte and high nibble to the odd one */
     const __m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)s));
     const __m256i lo = _mm256_and_si256(x, _mm256_set1_epi16(0x0F));
@@ -108,6 +131,28 @@ static inline __attribute__((always_inline)) void values32(const uint8_t *q, con
     v[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(z0, 8)));
     v[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(z1));
     v[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(z1, 8)));
+}
+
+/* 32 floats by column -> values32's split order: the even and odd of [0, 16), then of [16, 32) */
+static inline __attribute__((always_inline)) void evens_odds32(float *sb) {
+    float t[32];
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 8; i++) {
+            t[16 * h + i] = sb[16 * h + 2 * i];
+            t[16 * h + 8 + i] = sb[16 * h + 2 * i + 1];
+        }
+    memcpy(sb, t, sizeof t);
+}
+
+/* values32's split order back to columns, in place: c[0..3] */
+static inline __attribute__((always_inline)) void interleave32(__m256 c[4]) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256 lo = _mm256_unpacklo_ps(c[2 * h], c[2 * h + 1]),
+                     hi = _mm256_unpackhi_ps(c[2 * h], c[2 * h + 1]);
+        c[2 * h] = _mm256_permute2f128_ps(lo, hi, 0x20);
+        c[2 * h + 1] = _mm256_permute2f128_ps(lo, hi, 0x31);
+    }
 }
 
 /* rows [i0, i0 + R) (R <= 3) x columns [j, j + 32) (nv of them valid), the whole K */
@@ -135,7 +180,7 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
         if (pf_l2 && kk + FQ2_PF2 < k)
             _mm_prefetch((const char *)(q + FQ2_PF2 * ldb), _MM_HINT_T1);
         __m256 v[4];
-        values32(q, bits, nv, v);
+        values32(q, bits, nv, v, 0);
         __m256 w[4];
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
@@ -172,6 +217,10 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
             next += jb->bk;
             scales32(jb, kb, j, nv0, sb);
             scales32(jb, kb, j + 32, nv1, sb + 32);
+            if (bits == 4) {
+                evens_odds32(sb);
+                evens_odds32(sb + 32);
+            }
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
         if (kk + FQ2_PF2 < k)
@@ -180,17 +229,21 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
             _mm_prefetch((const char *)(q + FQ2_PF * ldb), _MM_HINT_T0);
         const __m256 x = _mm256_set1_ps(jb->a[i0 * k + kk]);
         __m256 v[4];
-        values32(q, bits, nv0, v);
+        values32(q, bits, nv0, v, 1);
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             c[t] = _mm256_fmadd_ps(x, _mm256_mul_ps(_mm256_load_ps(sb + 8 * t), v[t]), c[t]);
         if (nv1 > 0) {
-            values32(q + (bits == 8 ? 32 : 16), bits, nv1, v);
+            values32(q + (bits == 8 ? 32 : 16), bits, nv1, v, 1);
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
                 c[4 + t] = _mm256_fmadd_ps(x, _mm256_mul_ps(_mm256_load_ps(sb + 32 + 8 * t), v[t]),
                                            c[4 + t]);
         }
+    }
+    if (bits == 4) {
+        interleave32(c);
+        interleave32(c + 4);
     }
     ember__store_lanes8(jb->c + i0 * jb->n + j, c, 8, nv);
 }
