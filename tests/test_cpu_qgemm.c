@@ -902,7 +902,7 @@ static void test_wide_same_bits(void) {
         {"float B, dynamic quantization", 2, 2, {20, 64}, {64, 300}, 0, 1},
     };
     ember_context *ctx[2];
-    ember__qgemm_serial_off = 1;  /* these products are small: spread them over the threads too */
+    ember__cpu_serial_off = 1;    /* these products are small: spread them over the threads too */
     for (int c = 0; c < 2; c++) { /* 2 and 3 threads */
         ember_options o = ember_options_default();
         o.enable_opencl = 0;
@@ -958,7 +958,7 @@ static void test_wide_same_bits(void) {
         free(xa);
         free(xb);
     }
-    ember__qgemm_serial_off = 0;
+    ember__cpu_serial_off = 0;
     ember_context_destroy(ctx[0]);
     ember_context_destroy(ctx[1]);
 }
@@ -1526,10 +1526,10 @@ static void test_many_threads(void) {
     TU_OK(ember_context_create(&o, &ctx));
     static const int64_t shapes[][3] = {
         {8, 96, 2000}, {100, 96, 900}, {300, 200, 3000}, {600, 64, 2100}};
-    ember__qgemm_serial_off = 1; /* the small ones too: every thread may take a task */
-    for (int q = 0; q < 4; q++)  /* a first call, then the packed weights */
+    ember__cpu_serial_off = 1;  /* the small ones too: every thread may take a task */
+    for (int q = 0; q < 4; q++) /* a first call, then the packed weights */
         q8_right(ctx, shapes[q][0], shapes[q][1], shapes[q][2], calls);
-    ember__qgemm_serial_off = 0;
+    ember__cpu_serial_off = 0;
     ember_context_destroy(ctx);
 }
 
@@ -1617,7 +1617,7 @@ static void test_task_runs(void) {
 /* A product small enough (qgemm.c, serial_product: under 15 us on one thread by the tier's rate,
  * B within 256 KiB) runs on the calling thread: a 2-thread context hands nothing to its pool for
  * it, first call or cached, and its results are those of the same product spread over the threads
- * (ember__qgemm_serial_off), bit for bit, and right. A large one still goes to the pool. The same
+ * (ember__cpu_serial_off), bit for bit, and right. A large one still goes to the pool. The same
  * for the fused F x Q path. */
 static void test_small_serial(void) {
     const ember_qscheme sq = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
@@ -1640,7 +1640,7 @@ static void test_small_serial(void) {
         int64_t n;
         double *ref = reference(a, b, &n);
         for (int call = 0; call < 3; call++) { /* first call, cached, cached on the threads */
-            ember__qgemm_serial_off = call == 2;
+            ember__cpu_serial_off = call == 2;
             const long long j0 = ember__cpu_pool_jobs(s);
             ember_tensor *y = NULL;
             TU_OK(ember_q_matmul(a, b, &y));
@@ -1650,7 +1650,7 @@ static void test_small_serial(void) {
             TU_OK(ember_tensor_read(y, o[call], (size_t)cells * 4));
             ember_tensor_free(y);
         }
-        ember__qgemm_serial_off = 0;
+        ember__cpu_serial_off = 0;
         CU_ASSERT(memcmp(o[0], o[1], (size_t)cells * 4) == 0);
         CU_ASSERT(memcmp(o[1], o[2], (size_t)cells * 4) == 0);
         free(ref);
@@ -1674,7 +1674,7 @@ static void test_small_serial(void) {
         float *o[2] = {malloc((size_t)(m * n) * 4), malloc((size_t)(m * n) * 4)};
         CU_ASSERT_FATAL(o[0] && o[1]);
         for (int call = 0; call < 2; call++) {
-            ember__qgemm_serial_off = call == 1;
+            ember__cpu_serial_off = call == 1;
             const long long j0 = ember__cpu_pool_jobs(s);
             ember_tensor *y = NULL;
             TU_OK(ember_q_matmul(x, w, &y));
@@ -1683,7 +1683,7 @@ static void test_small_serial(void) {
             TU_OK(ember_tensor_read(y, o[call], (size_t)(m * n) * 4));
             ember_tensor_free(y);
         }
-        ember__qgemm_serial_off = 0;
+        ember__cpu_serial_off = 0;
         CU_ASSERT(memcmp(o[0], o[1], (size_t)(m * n) * 4) == 0);
         CU_ASSERT_FALSE(packed(w)); /* the fused path, not dequantize + sgemm */
         free(o[0]);

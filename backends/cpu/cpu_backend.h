@@ -57,6 +57,14 @@ int ember__cpu_pool_pinned(const ember__cpu_state *s);
 long long ember__cpu_pool_sleeps(const ember__cpu_state *s);
 /* How many parallel_for calls were handed to the pool's workers (not run inline; tests read it). */
 long long ember__cpu_pool_jobs(const ember__cpu_state *s);
+/* 1 when work that would take one thread about one_thread_s seconds and reads `bytes` is too
+ * small to share with the pool (under 15 us, within 256 KiB, one core's L2): its caller runs it on
+ * the calling thread (ember__cpu_parallel_for with no state). Handing part of it to the pool's
+ * worker cost more than it saved; waking a worker that had gone to sleep cost 30-50 us a call on
+ * a Zen 5 VM (the callers' measurements: qgemm.c, serial_product; fq_matmul.c). Always 0 while
+ * the test hook ember__cpu_serial_off is set (set it only while no call runs). */
+int ember__cpu_small_work(double one_thread_s, double bytes);
+extern int ember__cpu_serial_off;
 /* The CPU state of a context (its CPU backend is always present). */
 ember__cpu_state *ember__cpu_state_of(const ember_context *ctx);
 

@@ -135,9 +135,9 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
                 sstride,
                 cols};
-    /* A product this small runs on the calling thread alone (as qgemm.c's serial_product): under
-     * 15 us of one thread's multiply-adds (about 30 G a second with the AVX-512 kernel, 15 with
-     * the AVX2 one) and weights within 256 KiB. Waking the pool's worker when it has gone to sleep
+    /* A product this small runs on the calling thread alone (ember__cpu_small_work): under 15 us
+     * of one thread's multiply-adds (about 30 G a second with the AVX-512 kernel, 15 with the AVX2
+     * one) and weights within 256 KiB. Waking the pool's worker when it has gone to sleep
      * (an engine's calls come with its other work between them) cost 40-50 us on a Zen 5 VM.
      * ember_q_matmul, F32 lhs against Q8S per tensor, 2 threads, medians of 400 calls, each after
      * a 200 us busy gap / back to back: 1 x 512 x 512 50.6 / 6.3 us on the pool against 8.1 / 7.8
@@ -147,8 +147,8 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     const double rate = cols == ember__fq_cols_avx512 ? 30e9
                         : cols == ember__fq_cols_avx2 ? 15e9
                                                       : 1e9;
-    const int serial = !ember__qgemm_serial_off && (double)k * (double)ldb <= 256.0 * 1024 &&
-                       (double)g->batch * (double)m * (double)n * (double)k / rate <= 15e-6;
+    const int serial = ember__cpu_small_work(
+        (double)g->batch * (double)m * (double)n * (double)k / rate, (double)k * (double)ldb);
     ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks, fq_task, &r);
     ember__free(eff);
     return EMBER_OK;

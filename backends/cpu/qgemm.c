@@ -88,7 +88,6 @@ static int qtier_probe(ember__qtier t) {
 }
 
 int ember__avx2_no_vnni = 0;
-int ember__qgemm_serial_off = 0;
 
 /* CPUID.(EAX=7, ECX=1):EAX bit 4, on a machine with the AVX2 tier (the OS saves the ymm state) */
 static int avxvnni_probe(void) {
@@ -653,8 +652,9 @@ static ember__qblock_fn block_fn(ember__qtier t) {
     }
 }
 
-/* A product this small runs on the calling thread alone: its estimated time on one thread (the
- * tier's rate per thread, roughly measured) is under 15 us and B (bbytes) fits one core's L2.
+/* A product this small runs on the calling thread alone (ember__cpu_small_work): its estimated
+ * time on one thread (the tier's rate per thread, roughly measured) is under 15 us and B (bbytes)
+ * fits one core's L2.
  * Handing half of it to the pool's worker cost more than it saved, the more so where the worker
  * has gone to sleep since the last call (bench_qgemm runs other libraries between ember's calls).
  * bench_qgemm --shape, one thread against two, e_q8 GOPS: Zen 5 (VNNI tier) 128^3 643-675 /
@@ -671,8 +671,7 @@ static int serial_product(ember__qtier t, int64_t m, int64_t n, int64_t k, doubl
                               : t == EMBER__QT_AVX512 ? 0.6e12
                               : t == EMBER__QT_AVX2   ? 0.3e12
                                                       : 0.05e12;
-    return !ember__qgemm_serial_off && bbytes <= 256.0 * 1024 &&
-           2.0 * (double)m * (double)n * (double)k / per_thread <= 15e-6;
+    return ember__cpu_small_work(2.0 * (double)m * (double)n * (double)k / per_thread, bbytes);
 }
 
 static ember_status qgemm_run(ember__cpu_state *s, ember__qtier t, int64_t m, const int8_t *A,

@@ -56,10 +56,6 @@ int ember__avx2_vnni(void);
 /* Test hook: 1 makes the AVX2 tier keep its 16-bit products (the path of AVX2 without
  * AVX-VNNI) on a machine that has AVX-VNNI. Set only while no product runs. */
 extern int ember__avx2_no_vnni;
-/* Test hook: 1 makes every product use the context's threads, even one small enough that it
- * would run on the calling thread alone (qgemm.c, serial_product). Set only while no product
- * runs. */
-extern int ember__qgemm_serial_off;
 /* The best available tier at or below the cap ("" or NULL: no cap; "scalar", "avx2",
  * "avx512" / "avx512_vnni", "amx"). An unknown cap string is treated as no cap. */
 ember__qtier ember__qtier_select(const char *cap);

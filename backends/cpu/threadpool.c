@@ -251,6 +251,12 @@ long long ember__cpu_pool_sleeps(const ember__cpu_state *s) {
     return p ? atomic_load_explicit(&p->sleeps, memory_order_relaxed) : 0;
 }
 
+int ember__cpu_serial_off = 0;
+
+int ember__cpu_small_work(double one_thread_s, double bytes) {
+    return !ember__cpu_serial_off && one_thread_s <= 15e-6 && bytes <= 256.0 * 1024;
+}
+
 long long ember__cpu_pool_jobs(const ember__cpu_state *s) {
     pool *p = s ? s->kernels : NULL;
     return p ? atomic_load_explicit(&p->jobs, memory_order_relaxed) : 0;
