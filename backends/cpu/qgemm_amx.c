@@ -685,51 +685,68 @@ static inline void col_scales(const ember__qpack *p, int64_t c, int64_t j, __m51
     *s1 = ember__qpack_scales16(p, idx + 16, p->sb16);
 }
 
-/* Scale one chunk's int32 sums (rows x 32, row stride 32) into the float block: first chunk
- * (mode 0) stores x * sa * sb into facc, a middle one (1) adds to it, the last (2) adds and writes
- * rows of C. sgn 0: the sums are of biased unsigned B, the bias term comes off first. */
+/* Scale the int32 sums of n (1 or 2) consecutive chunks c, c + 1 (bufs[q]: rows x 32, row stride
+ * 32) into the float block, chunk after chunk: x * sb summed over the chunks, times the row's A
+ * scale at the end where every chunk has the same one (sa_row), else x * (sa * sb) summed. first:
+ * c is the row block's first chunk (facc holds nothing yet); last: c + n - 1 is its last (rows of
+ * C are written instead of facc). sgn 0: the sums are of biased unsigned B, the bias term comes
+ * off first. Two chunks read and write the float sums once for both (epi_pair, below). */
 static inline __attribute__((always_inline)) void
-epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int64_t j, int64_t c,
-          int64_t rows, int mode, int sgn, __mmask16 k0m, __mmask16 k1m) {
+epi_chunks(const ember__qjob *jb, const int32_t *const bufs[2], const int n, float *facc, int64_t i,
+           int64_t j, int64_t c, int64_t rows, int first, int last, int sgn, __mmask16 k0m,
+           __mmask16 k1m) {
     const ember__qpack *p = jb->p;
     const int64_t nch = p->nch;
-    __m512 s0, s1;
-    col_scales(p, c, j, &s0, &s1);
+    __m512 s[2][2];
+    for (int q = 0; q < n; q++)
+        col_scales(p, c + q, j, &s[q][0], &s[q][1]);
     for (int64_t r = 0; r < rows; r++) {
-        __m512i y0 = _mm512_load_si512(buf + r * 32), y1 = _mm512_load_si512(buf + r * 32 + 16);
-        if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
-            const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c]);
-            y0 = _mm512_sub_epi32(y0, corr);
-            y1 = _mm512_sub_epi32(y1, corr);
-        }
-        const __m512 sar = _mm512_set1_ps(jb->sa[(i + r) * nch + c]);
-        __m512 x0 = _mm512_cvtepi32_ps(y0), x1 = _mm512_cvtepi32_ps(y1);
-        if (jb->sa_row) { /* sum x * sb over the chunks, times the row's A scale at the end */
-            if (mode) {
-                x0 = _mm512_fmadd_ps(x0, s0, _mm512_load_ps(facc + r * 32));
-                x1 = _mm512_fmadd_ps(x1, s1, _mm512_load_ps(facc + r * 32 + 16));
+        const float *sar = jb->sa + (i + r) * nch + c;
+        __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+        for (int q = 0; q < n; q++) {
+            __m512i y0 = _mm512_load_si512(bufs[q] + r * 32),
+                    y1 = _mm512_load_si512(bufs[q] + r * 32 + 16);
+            if (!sgn) { /* biased unsigned B: remove bias * (row sum of the A chunk) */
+                const __m512i corr = _mm512_set1_epi32(p->bias * jb->rs[(i + r) * nch + c + q]);
+                y0 = _mm512_sub_epi32(y0, corr);
+                y1 = _mm512_sub_epi32(y1, corr);
+            }
+            __m512 t0 = s[q][0], t1 = s[q][1];
+            if (!jb->sa_row) {
+                const __m512 ra = _mm512_set1_ps(sar[q]);
+                t0 = _mm512_mul_ps(ra, t0);
+                t1 = _mm512_mul_ps(ra, t1);
+            }
+            const __m512 z0 = _mm512_cvtepi32_ps(y0), z1 = _mm512_cvtepi32_ps(y1);
+            if (q == 0 && first) {
+                x0 = _mm512_mul_ps(z0, t0);
+                x1 = _mm512_mul_ps(z1, t1);
             } else {
-                x0 = _mm512_mul_ps(x0, s0);
-                x1 = _mm512_mul_ps(x1, s1);
+                x0 = _mm512_fmadd_ps(z0, t0, q == 0 ? _mm512_load_ps(facc + r * 32) : x0);
+                x1 = _mm512_fmadd_ps(z1, t1, q == 0 ? _mm512_load_ps(facc + r * 32 + 16) : x1);
             }
-            if (mode == 2) {
-                x0 = _mm512_mul_ps(x0, sar);
-                x1 = _mm512_mul_ps(x1, sar);
-            }
-        } else if (mode) {
-            x0 = _mm512_fmadd_ps(x0, _mm512_mul_ps(sar, s0), _mm512_load_ps(facc + r * 32));
-            x1 = _mm512_fmadd_ps(x1, _mm512_mul_ps(sar, s1), _mm512_load_ps(facc + r * 32 + 16));
-        } else {
-            x0 = _mm512_mul_ps(x0, _mm512_mul_ps(sar, s0));
-            x1 = _mm512_mul_ps(x1, _mm512_mul_ps(sar, s1));
         }
-        if (mode == 2) {
+        if (last) {
+            if (jb->sa_row) {
+                const __m512 ra = _mm512_set1_ps(sar[0]);
+                x0 = _mm512_mul_ps(x0, ra);
+                x1 = _mm512_mul_ps(x1, ra);
+            }
             store_row(jb, jb->c + (i + r) * jb->ldc + j, x0, x1, k0m, k1m);
         } else {
             _mm512_store_ps(facc + r * 32, x0);
             _mm512_store_ps(facc + r * 32 + 16, x1);
         }
     }
+}
+
+/* One chunk: mode 0 the first (stores into facc), 1 a middle one (adds), 2 the last (adds and
+ * writes rows of C). */
+static inline __attribute__((always_inline)) void
+epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int64_t j, int64_t c,
+          int64_t rows, int mode, int sgn, __mmask16 k0m, __mmask16 k1m) {
+    const int32_t *const bufs[2] = {buf, buf};
+    epi_chunks(jb, bufs, 1, facc, i, j, c, rows, mode == 0, mode == 2, sgn, k0m, k1m);
 }
 
 /* Two chunks' signed int32 sums (ba: chunk c, bb: chunk c + 1; rows x 32, row stride 32) into
@@ -747,44 +764,8 @@ epi_chunk(const ember__qjob *jb, const int32_t *buf, float *facc, int64_t i, int
 static inline __attribute__((always_inline)) void
 epi_pair(const ember__qjob *jb, const int32_t *ba, const int32_t *bb, float *facc, int64_t i,
          int64_t j, int64_t c, int64_t rows, int first, int last, __mmask16 k0m, __mmask16 k1m) {
-    const ember__qpack *p = jb->p;
-    const int64_t nch = p->nch;
-    __m512 sa0, sa1, sb0, sb1;
-    col_scales(p, c, j, &sa0, &sa1);
-    col_scales(p, c + 1, j, &sb0, &sb1);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *sar = jb->sa + (i + r) * nch + c;
-        __m512 ta0 = sa0, ta1 = sa1, tb0 = sb0, tb1 = sb1;
-        if (!jb->sa_row) {
-            const __m512 ra = _mm512_set1_ps(sar[0]), rb = _mm512_set1_ps(sar[1]);
-            ta0 = _mm512_mul_ps(ra, sa0);
-            ta1 = _mm512_mul_ps(ra, sa1);
-            tb0 = _mm512_mul_ps(rb, sb0);
-            tb1 = _mm512_mul_ps(rb, sb1);
-        }
-        __m512 x0 = _mm512_cvtepi32_ps(_mm512_load_si512(ba + r * 32));
-        __m512 x1 = _mm512_cvtepi32_ps(_mm512_load_si512(ba + r * 32 + 16));
-        if (first) {
-            x0 = _mm512_mul_ps(x0, ta0);
-            x1 = _mm512_mul_ps(x1, ta1);
-        } else {
-            x0 = _mm512_fmadd_ps(x0, ta0, _mm512_load_ps(facc + r * 32));
-            x1 = _mm512_fmadd_ps(x1, ta1, _mm512_load_ps(facc + r * 32 + 16));
-        }
-        x0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(bb + r * 32)), tb0, x0);
-        x1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(bb + r * 32 + 16)), tb1, x1);
-        if (last) {
-            if (jb->sa_row) {
-                const __m512 ra = _mm512_set1_ps(sar[0]);
-                x0 = _mm512_mul_ps(x0, ra);
-                x1 = _mm512_mul_ps(x1, ra);
-            }
-            store_row(jb, jb->c + (i + r) * jb->ldc + j, x0, x1, k0m, k1m);
-        } else {
-            _mm512_store_ps(facc + r * 32, x0);
-            _mm512_store_ps(facc + r * 32 + 16, x1);
-        }
-    }
+    const int32_t *const bufs[2] = {ba, bb};
+    epi_chunks(jb, bufs, 2, facc, i, j, c, rows, first, last, 1, k0m, k1m);
 }
 
 /* Several K chunks (scale blocks along K, kc % 32 == 0), float output: per 32 x 32 block the
