@@ -149,8 +149,9 @@ static void ember_f32_teardown(void *state) {
  *   onednn.s8_plain   the same on plain row-major B
  * and burn's q_matmul with a float lhs (F x Q: the float operand stays float, the result is that
  * of dequantize-then-matmul; the only quantization error is the weights'):
- *   fq.q8s            F32 x Q8S weights (per tensor) through ember_q_matmul: up to 64 rows the
- *                     fused float path (backends/cpu/fq_matmul.c), beyond it dequantize + sgemm
+ *   fq.q8s            F32 x Q8S weights (per tensor) through ember_q_matmul: the fused float
+ *                     path (backends/cpu/fq_matmul.c; below AVX-512 only up to 64 rows, beyond
+ *                     them dequantize + sgemm)
  *   fq.q8s_dequant    the same by hand, as burn's default does it: ember_dequantize of the weights
  *                     then ember_matmul, every call */
 #include "bench_dnnl.h"
@@ -199,7 +200,15 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
     ember_device_describe(p->ctx, cpu, &info);
     snprintf(row->backend, sizeof row->backend, "cpu");
     snprintf(row->device, sizeof row->device, "cpu:0");
-    snprintf(row->kernel, sizeof row->kernel, "%s%s", float_lhs ? "" : info.int8_matmul_path, what);
+    if (mode == Q_FQ) /* the fused path takes any rows from AVX-512 on, up to 64 below it */
+        snprintf(row->kernel, sizeof row->kernel, "%s %s", what,
+                 p->m <= 64 || strstr(info.int8_matmul_path, "avx512") ||
+                         strstr(info.int8_matmul_path, "amx")
+                     ? "fused"
+                     : "dequant+sgemm");
+    else
+        snprintf(row->kernel, sizeof row->kernel, "%s%s", float_lhs ? "" : info.int8_matmul_path,
+                 what);
     snprintf(row->dtype, sizeof row->dtype, "%s", dtype);
     *state = s;
     return 1;
@@ -227,8 +236,7 @@ static int q4_setup(const problem *p, void **state, bench_row *row) {
 /* F x Q: the lhs stays F32, the weights are Q8S per tensor */
 static int fq_setup(const problem *p, void **state, bench_row *row) {
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    return q_setup_scheme(p, state, row, &s, Q_FQ, p->m <= 64 ? "fq fused" : "fq dequant+sgemm",
-                          "F32/Q8S");
+    return q_setup_scheme(p, state, row, &s, Q_FQ, "fq", "F32/Q8S");
 }
 
 static int fq_dequant_setup(const problem *p, void **state, bench_row *row) {

@@ -1199,6 +1199,77 @@ static void test_fq_avx2(void) {
     ember_context_destroy(ctx);
 }
 
+/* More than EMBER__FQ_MAX_ROWS rows on the AVX-512 kernel: the fused path takes them in blocks
+ * of rows (150 rows: 52, 52 and 46), and each row's sums are the same whatever its block: the rows
+ * at the blocks' edges come out as the same rows multiplied alone (the decode row) and as a
+ * 64-row product, bit for bit, for 8- and 4-bit weights per tensor and in blocks of 32 along K
+ * (K over several of the kernel's chunks, a ragged last task); and within 1e-5 of the float64
+ * reference. */
+static void test_fq_row_blocks(void) {
+    if (!ember__qtier_available(EMBER__QT_AVX512))
+        return;
+    ember_context *ctx = NULL;
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.cpu_max_isa = "amx"; /* uncapped, whatever EMBER_CPU_MAX_ISA says (make test-tiers) */
+    TU_OK(ember_context_create(&o, &ctx));
+    static const int kinds[] = {0, 2, 9, 10}; /* fq_scheme's */
+    const int64_t m = 150, k = 608, n = 300;
+    static const int64_t edge[] = {0, 51, 52, 103, 104, 149};
+    int compared = 0;
+    for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++) {
+        ember_qscheme s = fq_scheme(kinds[q], k, n);
+        ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+        TU_OK(ember_quantize(wf, &s, &w));
+        ember_tensor_free(wf);
+        ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *y = NULL;
+        float *xs = malloc((size_t)(m * k) * 4), *ys = malloc((size_t)(m * n) * 4),
+              *o1 = malloc((size_t)(64 * n) * 4);
+        TU_OK(ember_tensor_read(x, xs, (size_t)(m * k) * 4));
+        TU_OK(ember_q_matmul(x, w, &y));
+        TU_OK(ember_tensor_read(y, ys, (size_t)(m * n) * 4));
+        int64_t cells;
+        double *ref = reference(x, w, &cells);
+        CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+        free(ref);
+        CU_ASSERT_FALSE(packed(w));
+        for (size_t e = 0; e < sizeof edge / sizeof edge[0]; e++) {
+            const int64_t i = edge[e];
+            ember_tensor *x1 = NULL, *y1 = NULL;
+            TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){1, k}, xs + i * k,
+                                         &x1));
+            TU_OK(ember_q_matmul(x1, w, &y1));
+            TU_OK(ember_tensor_read(y1, o1, (size_t)n * 4));
+            const int same = memcmp(o1, ys + i * n, (size_t)n * 4) == 0;
+            CU_ASSERT(same);
+            if (!same)
+                printf("\n  scheme %d: row %lld alone differs from its row of %lld", kinds[q],
+                       (long long)i, (long long)m);
+            compared++;
+            ember_tensor_free(x1);
+            ember_tensor_free(y1);
+        }
+        /* rows 40..103 as one product of 64 rows (one block; here they lie in two) */
+        ember_tensor *x64 = NULL, *y64 = NULL;
+        TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){64, k}, xs + 40 * k,
+                                     &x64));
+        TU_OK(ember_q_matmul(x64, w, &y64));
+        TU_OK(ember_tensor_read(y64, o1, (size_t)(64 * n) * 4));
+        CU_ASSERT(memcmp(o1, ys + 40 * n, (size_t)(64 * n) * 4) == 0);
+        compared++;
+        ember_tensor_free(x64);
+        ember_tensor_free(y64);
+        free(xs);
+        free(ys);
+        free(o1);
+        ember_tensor_free(x);
+        ember_tensor_free(y);
+        ember_tensor_free(w);
+    }
+    CU_ASSERT_EQUAL(compared, 28);
+    ember_context_destroy(ctx);
+}
+
 static void test_fq_fused(void) {
     ember_context *ctx = tu_cpu_context();
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
@@ -1208,7 +1279,8 @@ static void test_fq_fused(void) {
                                  {2, 288, 130},
                                  {5, 1, 7},
                                  {64, 64, 300},
-                                 {EMBER__FQ_MAX_ROWS + 1, 64, 40}};
+                                 {EMBER__FQ_MAX_ROWS + 1, 64, 40},
+                                 {2 * EMBER__FQ_MAX_ROWS + 2, 64, 300}};
     for (int kind = 0; kind <= 12; kind++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
@@ -2048,7 +2120,8 @@ int main(void) {
         {"wide weights: first call, cached call, thread counts, same bits", test_wide_same_bits},
         {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
-        {"(F,Q) few rows: the fused float path", test_fq_fused},
+        {"(F,Q): the fused float path", test_fq_fused},
+        {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone", test_fq_row_blocks},
         {"(F,Q) the AVX2 kernel: the AVX-512 kernel's results", test_fq_avx2},
         {"(F,Q) a decode row: whole rows of a task, the group path's results", test_fq_decode_row},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},

@@ -12,11 +12,11 @@
  * with EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded) and the dispatcher falls back to burn's
  * dequantize + float matmul.
  *
- * (F,Q) / (Q,F): burn keeps the float operand float. By default (F,Q) with an F32 lhs of up to
- * EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights runs the fused float
- * path (fq_matmul.c: each weight dequantized in registers as it is read, f32 sums; no
- * dequantized copy); the other cases are declined, for the dispatcher's dequantize + OpenBLAS
- * path. With ember_options.dynamic_activation_quant (opt-in, LOSSY) the float operand is
+ * (F,Q) / (Q,F): burn keeps the float operand float. By default (F,Q) with an F32 lhs (any
+ * number of rows on the AVX-512 and AMX tiers, up to EMBER__FQ_MAX_ROWS below them) against 8-bit
+ * Native or 4-bit PackedU32 weights runs the fused float path (fq_matmul.c: each weight
+ * dequantized in registers as it is read, f32 sums; no dequantized copy); the other cases are
+ * declined, for the dispatcher's dequantize + OpenBLAS path. With ember_options.dynamic_activation_quant (opt-in, LOSSY) the float operand is
  * quantized on the fly to Q8S, symmetric, per row of a float A (per column of a
  * float B): scale = max|x| / 127, q = round(x / scale); then the integer kernel (W8A8). The error
  * is that of an 8-bit quantization of the activations, on top of the weights' own.

@@ -1,4 +1,4 @@
-/* backends/cpu/fq_matmul.c: the fused float path of q_matmul, (F,Q) with few rows (fq_matmul.h).
+/* backends/cpu/fq_matmul.c: the fused float path of q_matmul, (F,Q) (fq_matmul.h).
  *
  * burn's default for a float lhs against quantized weights dequantizes the weights and runs a
  * float matmul. For a decode-sized lhs that spends nearly all the time writing and reading the
@@ -6,8 +6,8 @@
  * examples/decode_step's F x Q step at 4096 -> 11008 -> 4096 took 69 ms with Q8S weights. Here
  * each weight is dequantized in registers as it is read (e * (float)q, the same f32 multiply as
  * ember_dequantize) and multiplied into f32 sums at once; the columns are split over the context's
- * threads in tasks of EMBER__FQ_TASK_COLS. The weights are not packed: this path reads them as
- * stored. */
+ * threads in tasks of EMBER__FQ_TASK_COLS, the rows in blocks of at most EMBER__FQ_MAX_ROWS. The
+ * weights are not packed: this path reads them as stored. */
 #include <string.h>
 
 #include "../../quant/quant_impl.h"
@@ -52,26 +52,33 @@ void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1) {
 }
 
 typedef struct fq_run {
-    ember__fq_job job; /* batch 0's; the others differ in a, b, c */
+    ember__fq_job job; /* batch 0's, all its rows; the tasks differ in a, b, c and m */
     const ember__gemm *g;
     const float *a0;
     const uint8_t *b0;
     float *c0;
     int64_t col_tasks;
+    int64_t row_blocks, block_rows; /* the lhs's rows in row_blocks blocks of block_rows (the
+                                       last one shorter) */
     int64_t sstride; /* scales of one [k, n] matrix */
     void (*cols)(const ember__fq_job *, int64_t, int64_t);
 } fq_run;
 
+/* Task t: batch bi, column task ct, row block rb, with rb the fastest: the tasks taken together
+ * by the threads share their columns' weights (read from memory once, from the caches after). */
 static void fq_task(void *arg, int64_t t, int thread) {
     (void)thread;
     const fq_run *r = arg;
-    const int64_t bi = t / r->col_tasks, ct = t % r->col_tasks;
+    const int64_t rb = t % r->row_blocks, ct = t / r->row_blocks % r->col_tasks,
+                  bi = t / r->row_blocks / r->col_tasks;
     ember__fq_job jb = r->job;
-    jb.a = r->a0 + r->g->a_off[bi];
+    const int64_t i0 = rb * r->block_rows;
+    jb.m = jb.m - i0 < r->block_rows ? jb.m - i0 : r->block_rows;
+    jb.a = r->a0 + r->g->a_off[bi] + i0 * jb.k;
     jb.b = r->b0 + (r->g->b_off[bi] / jb.n) * jb.ldb; /* rows start afresh when packed */
     jb.sc = (const uint8_t *)jb.sc +
             (size_t)(r->g->b_off[bi] / (jb.k * jb.n) * r->sstride) * ember__scale_dtype_size(jb.sd);
-    jb.c = r->c0 + bi * jb.m * jb.n;
+    jb.c = r->c0 + (bi * r->job.m + i0) * jb.n;
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }
 
@@ -79,7 +86,7 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                                   const ember_tensor *b, ember_tensor *out) {
     const int64_t m = g->m, n = g->n, k = g->k;
     if (a->dtype != EMBER_F32 || b->dtype != EMBER_QFLOAT || out->dtype != EMBER_F32 ||
-        g->trans_a || g->trans_b || m < 1 || m > EMBER__FQ_MAX_ROWS || n < 1 || k < 1)
+        g->trans_a || g->trans_b || m < 1 || n < 1 || k < 1)
         return EMBER_ERR_QUANT_UNSUPPORTED;
     const int bits = ember__qvalue_get_info(b->scheme.value)->bits;
     if (!(b->scheme.store == EMBER_QSTORE_NATIVE && bits == 8) &&
@@ -99,6 +106,13 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
         if (bn != 1 && bn < n)
             return EMBER_ERR_QUANT_UNSUPPORTED;
     }
+    const ember__qtier tier = ember__cpu_tier(s);
+    void (*const cols)(const ember__fq_job *, int64_t, int64_t) =
+        tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512) ? ember__fq_cols_avx512
+        : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2)   ? ember__fq_cols_avx2
+                                                                             : ember__fq_cols_c;
+    if (m > EMBER__FQ_MAX_ROWS && cols != ember__fq_cols_avx512)
+        return EMBER_ERR_QUANT_UNSUPPORTED; /* see EMBER__FQ_MAX_ROWS */
     /* the scales as stored where they are f32, f16 or bf16 (the global f32 scale of a two-level
      * scheme applied as ember_dequantize does); other formats decoded once per call */
     const ember__qlayout *L = &b->q;
@@ -122,17 +136,20 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     } else if (two_level) {
         glob = ember__scale_decode((const uint8_t *)b->buf + L->global_offset, EMBER_SCALE_F32);
     }
-    const ember__qtier tier = ember__cpu_tier(s);
-    void (*const cols)(const ember__fq_job *, int64_t, int64_t) =
-        tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512) ? ember__fq_cols_avx512
-        : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2)   ? ember__fq_cols_avx2
-                                                                             : ember__fq_cols_c;
+    /* rows in blocks of at most EMBER__FQ_MAX_ROWS, as even as multiples of 4 make them (65 rows:
+     * 36 and 29) */
+    const int64_t row_blocks = (m + EMBER__FQ_MAX_ROWS - 1) / EMBER__FQ_MAX_ROWS;
+    int64_t block_rows = ((m + row_blocks - 1) / row_blocks + 3) / 4 * 4;
+    if (block_rows > EMBER__FQ_MAX_ROWS)
+        block_rows = EMBER__FQ_MAX_ROWS;
     fq_run r = {{NULL, NULL, ldb, bits, sc, sd, two_level, glob, m, n, k, bk, bn, nbn, NULL},
                 g,
                 (const float *)a->buf,
                 (const uint8_t *)b->buf,
                 (float *)out->buf,
                 (n + EMBER__FQ_TASK_COLS - 1) / EMBER__FQ_TASK_COLS,
+                (m + block_rows - 1) / block_rows,
+                block_rows,
                 sstride,
                 cols};
     /* A product this small runs on the calling thread alone (ember__cpu_small_work): under 15 us
@@ -149,7 +166,8 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                                                       : 1e9;
     const int serial = ember__cpu_small_work(
         (double)g->batch * (double)m * (double)n * (double)k / rate, (double)k * (double)ldb);
-    ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks, fq_task, &r);
+    ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks * r.row_blocks, fq_task,
+                            &r);
     ember__free(eff);
     return EMBER_OK;
 }

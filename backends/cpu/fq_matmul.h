@@ -1,6 +1,6 @@
 /* backends/cpu/fq_matmul.h (private): the fused float path of q_matmul for a float lhs against
- * quantized weights, (F,Q), with few rows (decode): burn's dequantize-then-matmul without the
- * dequantized copy of the weights.
+ * quantized weights, (F,Q): burn's dequantize-then-matmul without the dequantized copy of the
+ * weights.
  *
  * out[i][j] = sum over k, in order, of a[i][k] * w[k][j], where w[k][j] = e(k, j) * (float)q[k][j]
  * is exactly burn's dequantized weight (one f32 multiply, quant_impl.h step 7) and e(k, j) the
@@ -12,8 +12,20 @@
 
 #include "cpu_backend.h"
 
-/* Rows of the lhs this path takes at most; beyond, the dequantized copy and
- * OpenBLAS amortize over the rows. */
+/* Rows of one task (a block of the lhs's rows: the tasks of a product with more rows take them
+ * in blocks of at most this many). Each row's sums are the same whatever its block, so the rows
+ * of a product are those of the same rows multiplied alone, bit for bit.
+ *
+ * The AVX-512 kernel takes any number of rows. It was limited to this many, the dequantize +
+ * OpenBLAS path taking more; but that path writes and reads a dequantized copy of the weights
+ * every call (4 bytes a weight), and its sgemm was not faster than the fused kernel's (about 65%
+ * of the FMA peak at 64 rows). Measured on a Zen 5 (2 threads, 4096 x 11008 Q4S weights in blocks
+ * of 32 with f16 scales, public-API calls back to back, medians): 65 rows 110.7 (OpenBLAS Haswell
+ * kernels) / 105.0 (SkylakeX) -> 16.6 ms, 128 rows 135.0 -> 30.5, 512 rows 300.1 / 194.0 ->
+ * 119.6; 64 rows 15.3 ms either way.
+ * The AVX2 and portable kernels take at most this many rows (beyond, dequantize + OpenBLAS): the
+ * AVX2 kernel dequantizes each weight again for every 3 rows, and with a Zen 5 capped at avx2 it
+ * read 68.3 / 141.0 / 479.8 ms at 65 / 128 / 512 rows, behind OpenBLAS from 128. */
 #define EMBER__FQ_MAX_ROWS 64
 /* columns of one task (a multiple of 64); a task keeps its rows' f32 sums on the stack of the
  * thread that runs it (rows x EMBER__FQ_TASK_COLS x 4 bytes: 64 KiB at most, the calling thread's
@@ -57,14 +69,16 @@ static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb
         __builtin_prefetch((const void *)l, 0, 3);
 }
 
-/* Columns [j0, j1) of the job (j0 a multiple of 64), every row: portable C and AVX-512. */
+/* Columns [j0, j1) of the job (j0 a multiple of 64), every row (jb->m <= EMBER__FQ_MAX_ROWS: a
+ * task's block of rows): portable C and AVX-512. */
 void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);
 void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
 /* The same on AVX2 (any j0 multiple of 32): the AVX-512 kernel's results, bit for bit. */
 void ember__fq_cols_avx2(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
- * F32 lhs of at most EMBER__FQ_MAX_ROWS rows against 8-bit Native or 4-bit PackedU32 weights whose
+ * F32 lhs (of at most EMBER__FQ_MAX_ROWS rows below the AVX-512 tier) against 8-bit Native or
+ * 4-bit PackedU32 weights whose
  * scales are per tensor, or per column or one across the columns in blocks along K of any length
  * (within one matrix of a batch); then the dispatcher runs burn's dequantize + float matmul. */
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
