@@ -58,6 +58,12 @@ static const level levels[] = {
     {"two-level [16] UE4M3", 1, {16}, 1, EMBER_SCALE_UE4M3, {2, 1}, {{4, 64}, {70016}}},
     {"two-level [16] F16", 1, {16}, 1, EMBER_SCALE_F16, {2, 1}, {{3, 32}, {48}}},
     {"two-level [2,8] UE4M3", 2, {2, 8}, 1, EMBER_SCALE_UE4M3, {2, 2}, {{4, 16}, {6, 24}}},
+    /* blocks across rows, one column wide (a weight's blocks along K): the CPU's tiles hold whole
+     * block rows, or a block row's columns in several tiles when the rows are long (8 x 20000) */
+    {"block [32,1] F16", 2, {32, 1}, 0, EMBER_SCALE_F16, {2, 3}, {{64, 300}, {2, 64, 70}}},
+    {"block [4,1] F32", 2, {4, 1}, 0, EMBER_SCALE_F32, {2, 2}, {{8, 20000}, {12, 7}}},
+    {"two-level [16,1] F16", 2, {16, 1}, 1, EMBER_SCALE_F16, {2, 2}, {{32, 40}, {48, 3}}},
+    {"block [5,1] BF16", 2, {5, 1}, 0, EMBER_SCALE_BF16, {2, 3}, {{15, 9}, {3, 10, 33}}},
 };
 #define NLEVELS (sizeof levels / sizeof levels[0])
 
@@ -237,10 +243,13 @@ static void test_all_combinations(void) {
             }
 }
 
-/* Static scales with partial edge blocks: each partial block has its own scale. */
-static void test_static_partial_blocks(void) {
+/* Static scales with partial edge blocks: each partial block has its own scale. blk {2, 8} (grid
+ * 3 x 5), or {2, 1} (3 x 37: blocks across rows one column wide, whose last block row, 1 row of
+ * 2, ends inside the CPU's tile). */
+static void static_partial_blocks(int bi) {
     const int64_t shape[] = {5, 37};
-    const int64_t blk[] = {2, 8};
+    const int64_t blk[] = {2, bi ? 1 : 8};
+    const int64_t g1 = bi ? 37 : 5;
     const ember_qvalue vs[] = {EMBER_Q8S, EMBER_Q4F, EMBER_Q2S, EMBER_E4M3, EMBER_E2M1};
     const ember_qstore sts[] = {EMBER_QSTORE_NATIVE, EMBER_QSTORE_PACKED_U32,
                                 EMBER_QSTORE_PACKED_U32, EMBER_QSTORE_NATIVE,
@@ -258,12 +267,12 @@ static void test_static_partial_blocks(void) {
                 ember__qlayout L;
                 CU_ASSERT_EQUAL_FATAL(ember__qlayout_compute(&s, 2, shape, &L), EMBER_OK);
                 CU_ASSERT_EQUAL(L.grid[0], 3);
-                CU_ASSERT_EQUAL(L.grid[1], 5);
-                float x[5 * 37], raw[15];
+                CU_ASSERT_EQUAL(L.grid[1], g1);
+                float x[5 * 37], raw[3 * 37];
                 fill(x, 5 * 37);
-                tu_rand_f32(&rng, raw, 15, 0.001f, 0.5f);
+                tu_rand_f32(&rng, raw, (size_t)(3 * g1), 0.001f, 0.5f);
                 raw[3] = 0.0f; /* a zero scale takes the FLT_MIN guard */
-                uint8_t ref[512], got[512];
+                uint8_t ref[1024], got[1024];
                 CU_ASSERT_FATAL(L.total_bytes <= sizeof ref);
                 CU_ASSERT_EQUAL(ember__qref_quantize(&s, &L, 2, shape, x, raw, ref), EMBER_OK);
                 ember_tensor *xt = NULL, *sc = NULL;
@@ -283,6 +292,11 @@ static void test_static_partial_blocks(void) {
                 ember_tensor_free(sc);
                 ember_tensor_free(xt);
             }
+}
+
+static void test_static_partial_blocks(void) {
+    for (int bi = 0; bi < 2; bi++)
+        static_partial_blocks(bi);
 }
 
 /* from_bytes accepts any bits; to_bytes gives them back unchanged. */
@@ -332,6 +346,8 @@ static void test_kernels_direct(void) {
         x[5] = 0.5f * e[0]; /* exact ties */
         x[6] = -2.5f * e[0];
         size_t len = (size_t)(tu_next(&rng) % N) + 1, bl = (size_t)(tu_next(&rng) % 70);
+        if (rep % 4 == 0)
+            bl = 1; /* a scale per value (blocks across rows): the kernels' own path */
         best->amax_blocks(x, len, bl, m1);
         sc->amax_blocks(x, len, bl, m2);
         size_t nb = bl ? (len + bl - 1) / bl : 1;
