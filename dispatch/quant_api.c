@@ -62,6 +62,10 @@ static ember_status download_part(const ember_tensor *q, size_t off, size_t n, u
 }
 
 ember_status ember__qtensor_effective_scales(const ember_tensor *q, float *dst) {
+    if (q->device.backend == EMBER_BACKEND_CPU) { /* host memory: read in place */
+        ember__qref_effective_scales(&q->scheme, &q->q, q->buf, dst);
+        return EMBER_OK;
+    }
     const size_t off = q->q.scales_offset;
     uint8_t *h = NULL;
     EMBER_TRY(download_part(q, off, q->q.total_bytes - off, &h, "effective scales"));

@@ -176,6 +176,20 @@ static void cpu_buffer_free(void *state, int dev, void *buf) {
         ember__aligned_free(buf);
 }
 
+void *ember__cpu_temp_get(ember__cpu_state *s, size_t bytes) {
+    void *p = NULL;
+    if (!s)
+        return ember__aligned_alloc(bytes ? bytes : 1);
+    return cpu_buffer_alloc(s, 0, bytes ? bytes : 1, &p) == EMBER_OK ? p : NULL;
+}
+
+void ember__cpu_temp_put(ember__cpu_state *s, void *p) {
+    if (!s)
+        ember__aligned_free(p);
+    else
+        cpu_buffer_free(s, 0, p);
+}
+
 static ember_status cpu_upload(void *state, int dev, void *buf, size_t off, const void *src,
                                size_t bytes) {
     (void)state;

@@ -39,6 +39,13 @@ void *ember__cpu_region_get(ember__cpu_state *s, size_t bytes, size_t *len);
 /* A region back to the context's cache, or unmapped when the cache declines it (or s is NULL). */
 void ember__cpu_region_put(ember__cpu_state *s, void *p, size_t len);
 
+/* A call's temporary working memory, from (and back to) the state's cache of freed tensor
+ * buffers: a first call's temporaries are then the pages an earlier call faulted in, where fresh
+ * memory from the heap faulted in every 4 KiB page (7-11 us each on a Zen 5 VM). s may be NULL
+ * (heap memory). NULL when out of memory. */
+void *ember__cpu_temp_get(ember__cpu_state *s, size_t bytes);
+void ember__cpu_temp_put(ember__cpu_state *s, void *p);
+
 /* Run fn(arg, task, thread) for task in [0, n_tasks) on the context's CPU threads (thread in
  * [0, num_threads)); returns when all are done. Tasks are handed out dynamically. The calling
  * thread takes part. With n_tasks <= 1 or one thread, runs inline. (backends/cpu/threadpool.c) */

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "../../quant/quant_impl.h"
+#include "cpu_quant.h"
 #include "fq_matmul.h"
 #include "qgemm.h"
 
@@ -98,10 +99,15 @@ typedef struct qsrc {
     int64_t last;        /* the last axis length */
     size_t row_bytes;
     int64_t row0; /* first row of this matrix */
+    /* packed values to int8: the CPU quant tier's unpack (AVX-512: 64 values at a time; the
+     * same bytes as ember__unpack_codes, test_quant_props) */
+    void (*unpack)(const ember_qscheme *s, const uint8_t *src, size_t n, uint8_t *codes);
 } qsrc;
 
-static void qsrc_init(qsrc *q, const ember_tensor *t, int64_t elem_off) {
+static void qsrc_init(qsrc *q, const ember_tensor *t, int64_t elem_off,
+                      const ember__cpu_state *s) {
     q->t = t;
+    q->unpack = ember__cpu_qkern_select(s)->unpack;
     q->base = t->buf;
     q->last = t->shape[t->rank - 1];
     q->row_bytes = t->scheme.store == EMBER_QSTORE_NATIVE
@@ -118,8 +124,7 @@ static void qsrc_row(const qsrc *q, int64_t r, int64_t j0, int64_t nj, int8_t *d
         return;
     }
     const int bits = ember__qvalue_get_info(q->t->scheme.value)->bits;
-    ember__unpack_codes(&q->t->scheme, row + (size_t)j0 * (size_t)bits / 8, (size_t)nj,
-                        (uint8_t *)dst);
+    q->unpack(&q->t->scheme, row + (size_t)j0 * (size_t)bits / 8, (size_t)nj, (uint8_t *)dst);
 }
 
 static void qsrc_row_cb(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
@@ -147,21 +152,26 @@ static int8_t q8s(float x, float s) {
 static ember_status pack_qb(ember__cpu_state *s, const ember_tensor *b, const float *eff,
                             int64_t b_off, int64_t k, int64_t n, int64_t kc, ember__qpack *p) {
     const int64_t nch = kc ? k / kc : 1;
-    float *sb = ember__malloc((size_t)(nch * n) * sizeof(float));
+    float *sb = ember__cpu_temp_get(s, (size_t)(nch * n) * sizeof(float));
     EMBER_FAIL_IF(!sb, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
-    for (int64_t c = 0; c < nch; c++)
+    /* a chunk's first row holds its scales; along a row, the block index grows by one every
+     * block_full[last] columns (the grid's last axis has stride 1) */
+    const int64_t bl = b->q.grid_rank == b->rank ? b->q.block_full[b->rank - 1] : 0;
+    for (int64_t c = 0; c < nch; c++) {
+        const size_t base =
+            ember__block_of(&b->q, b->rank, b->shape, (size_t)(b_off + c * (kc ? kc : k) * n));
         for (int64_t j = 0; j < n; j++)
-            sb[c * n + j] = eff[ember__block_of(&b->q, b->rank, b->shape,
-                                                (size_t)(b_off + c * (kc ? kc : k) * n + j))];
+            sb[c * n + j] = eff[base + (bl ? (size_t)(j / bl) : 0)];
+    }
     qsrc src;
-    qsrc_init(&src, b, b_off);
+    qsrc_init(&src, b, b_off, s);
     const int bits = ember__qvalue_get_info(b->scheme.value)->bits == 8 ? 8 : 4;
     ember_status st;
     if (b->scheme.store == EMBER_QSTORE_NATIVE) /* int8 rows read in place */
         st = ember__qpack_b_plain(s, p, k, n, n, kc, (const int8_t *)b->buf + b_off, sb);
     else
         st = ember__qpack_b_mt(s, p, k, n, kc, bits, qsrc_row_cb, &src, sb);
-    ember__free(sb);
+    ember__cpu_temp_put(s, sb);
     return st;
 }
 
@@ -181,10 +191,10 @@ static ember_status cached_pack(ember__cpu_state *s, const ember_tensor *b, int6
         return EMBER_OK;
     }
     ember_status st = EMBER_OK;
-    float *eff = ember__malloc(b->q.nscales * sizeof(float));
+    float *eff = ember__cpu_temp_get(s, b->q.nscales * sizeof(float));
     qcache *nc = ember__calloc(1, sizeof *nc + (size_t)nmat * sizeof(ember__qpack));
     if (!eff || !nc) {
-        ember__free(eff);
+        ember__cpu_temp_put(s, eff);
         ember__free(nc);
         pthread_mutex_unlock(&bt->pack.lock);
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack the rhs");
@@ -196,7 +206,7 @@ static ember_status cached_pack(ember__cpu_state *s, const ember_tensor *b, int6
         if (st == EMBER_OK)
             nc->nmat = i + 1;
     }
-    ember__free(eff);
+    ember__cpu_temp_put(s, eff);
     if (st != EMBER_OK) {
         qcache_release(NULL, nc);
         pthread_mutex_unlock(&bt->pack.lock);
@@ -232,7 +242,7 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
         int8_t *u = ember__malloc((size_t)(m * k));
         EMBER_FAIL_IF(!u, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to unpack the lhs");
         qsrc src;
-        qsrc_init(&src, a, a_off);
+        qsrc_init(&src, a, a_off, NULL);
         for (int64_t i = 0; i < m; i++)
             qsrc_row(&src, i, 0, k, u + i * k);
         *rows = u;

@@ -172,6 +172,7 @@ static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t vbyte
 
 typedef struct pack_b_arg {
     ember__qpack *p;
+    const float *scales; /* [nch][n], or NULL: all 1 */
     ember__qrow_fn row;
     const void *src;
     const int8_t *plain; /* plain int8 rows (row callback unused), 8-bit only */
@@ -223,6 +224,23 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
     const int64_t j0 = task * PACK_NB;
     const int64_t jn = p->np - j0 < PACK_NB ? p->np - j0 : PACK_NB;           /* multiple of 32 */
     const int64_t nv = p->n - j0 < jn ? (p->n - j0 > 0 ? p->n - j0 : 0) : jn; /* real columns */
+    /* the task's panels' scales, in their order (panel-major: each panel's chunks one after the
+     * other); padding columns 0. f16 only when every scale is exactly one (ember__f32_exact_f16) */
+    for (int64_t c = 0; c < p->nch; c++) /* a row of scales at a time: 1 KiB read in order */
+        for (int64_t jp = j0; jp < j0 + jn; jp += 32) {
+            const int64_t d = ember__qpack_sidx(p, c, jp);
+            for (int64_t jj = 0; jj < 32; jj++) {
+                const int64_t j = jp + jj;
+                const float f = j < p->n ? (a->scales ? a->scales[c * p->n + j] : 1.0f) : 0.0f;
+                if (p->sb16) {
+                    uint16_t h = 0;
+                    (void)ember__f32_exact_f16(f, &h);
+                    ((uint16_t *)p->sb)[d + jj] = h;
+                } else {
+                    ((float *)p->sb)[d + jj] = f;
+                }
+            }
+        }
     /* 8 rows of PACK_NB values (zero padded) */
     int8_t rows[8][PACK_NB] __attribute__((aligned(64)));
     uint8_t tmp[2][64] __attribute__((aligned(64)));
@@ -328,32 +346,29 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
     /* f16 scales when every one is exactly an f16 (halves the scale traffic of small blocks) */
     int sb16 = p->nch > 1 && scales != NULL;
     for (size_t i = 0; sb16 && i < (size_t)p->nch * (size_t)n; i++) {
-        float f = scales[i];
-        if (ember__f16_to_f32(ember__f32_to_f16(f)) != f)
-            sb16 = 0;
+        uint16_t h;
+        sb16 = ember__f32_exact_f16(scales[i], &h);
     }
     p->sb16 = sb16;
-    pack_values_alloc(s, p, vbytes);
-    p->sb = ember__aligned_alloc(nsc * (sb16 ? 2 : 4));
-    if (!p->b || !p->sb) {
+    /* the scales follow the values in one allocation: from 4 MiB a region of the context's (2 MiB
+     * pages, recycled), where a separate allocation of their own faulted in every 4 KiB page at
+     * each first call (a 4096 x 11008 weight in blocks of 32: 2.75 MiB of f16 scales, 9 ms of
+     * page faults on a Zen 5 VM) */
+    const size_t voff = (vbytes + 63) / 64 * 64;
+    pack_values_alloc(s, p, voff + nsc * (sb16 ? 2 : 4));
+    p->sb = p->b ? p->b + voff : NULL;
+    if (!p->b) {
         ember__qpack_free(p);
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack a %lld x %lld operand",
                    (long long)k, (long long)n);
     }
-    for (int64_t c = 0; c < p->nch; c++)
-        for (int64_t j = 0; j < p->np; j++) {
-            float f = (j < n) ? (scales ? scales[c * n + j] : 1.0f) : 0.0f;
-            if (sb16)
-                ((uint16_t *)p->sb)[ember__qpack_sidx(p, c, j)] = ember__f32_to_f16(f);
-            else
-                ((float *)p->sb)[ember__qpack_sidx(p, c, j)] = f;
-        }
     /* 8-bit values from 2 MiB up are written with streaming stores (no read for ownership of each
      * line), as A is for the tiles. bench_qgemm --shape, 2 threads, three alternations in one
      * binary, first calls (B packed every call) GOPS ordinary -> streaming: 2048^3 3945 / 4332 /
      * 4208 -> 4392 / 4772 / 4352, 4096^3 5408 / 5083 / 4873 -> 5522 / 5363 / 5146, 512 x 4096^2
      * 2766 / 2758 / 2773 -> 3108 / 3261 / 3120; at 1024^3 (1 MiB) no gain. */
     pack_b_arg a = {p,
+                    scales,
                     row,
                     src,
                     plain,
@@ -393,8 +408,7 @@ void ember__qpack_free(ember__qpack *p) {
     if (p->b_map)
         ember__cpu_region_put(p->b_owner, p->b, p->b_map);
     else
-        ember__aligned_free(p->b);
-    ember__aligned_free(p->sb);
+        ember__aligned_free(p->b); /* the scales with it */
     p->b = NULL;
     p->b_map = 0;
     p->b_owner = NULL;
