@@ -150,8 +150,8 @@ static void ember_f32_teardown(void *state) {
  * and burn's q_matmul with a float lhs (F x Q: the float operand stays float, the result is that
  * of dequantize-then-matmul; the only quantization error is the weights'):
  *   fq.q8s            F32 x Q8S weights (per tensor) through ember_q_matmul: the fused float
- *                     path (backends/cpu/fq_matmul.c; below AVX-512 only up to 64 rows, beyond
- *                     them dequantize + sgemm)
+ *                     path (backends/cpu/fq_matmul.c; up to 256 rows on AVX2 and 64 without
+ *                     it, beyond them dequantize + sgemm)
  *   fq.q8s_dequant    the same by hand, as burn's default does it: ember_dequantize of the weights
  *                     then ember_matmul, every call */
 #include "bench_dnnl.h"
@@ -200,10 +200,11 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
     ember_device_describe(p->ctx, cpu, &info);
     snprintf(row->backend, sizeof row->backend, "cpu");
     snprintf(row->device, sizeof row->device, "cpu:0");
-    if (mode == Q_FQ) /* the fused path takes any rows from AVX-512 on, up to 64 below it */
+    if (mode == Q_FQ) /* the fused path takes any rows on AVX-512, 256 on AVX2, 64 without */
         snprintf(row->kernel, sizeof row->kernel, "%s %s", what,
                  p->m <= 64 || strstr(info.int8_matmul_path, "avx512") ||
-                         strstr(info.int8_matmul_path, "amx")
+                         strstr(info.int8_matmul_path, "amx") ||
+                         (p->m <= 256 && strstr(info.int8_matmul_path, "avx2"))
                      ? "fused"
                      : "dequant+sgemm");
     else

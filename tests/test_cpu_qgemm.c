@@ -1120,11 +1120,11 @@ static void test_fq_decode_row(void) {
 }
 
 /* The fused path's AVX2 kernel (CPUs without AVX-512) takes 32 or 64 columns a pass over the
- * whole K where the AVX-512 one takes 64 and chunks of K: the same products in the same order,
- * so a context capped at avx2 gives the uncapped context's results bit for bit (1, 2, 3, 5, 8,
- * 12 and 37 rows; K in one chunk of the AVX-512 kernel and in three; every scheme of fq_scheme
- * the path takes; ragged last columns). Both are also checked
- * against the float64 reference. */
+ * whole K (or, from 9 rows, K chunks of 256) where the AVX-512 one takes 64 and chunks of 128:
+ * the same products in the same order, so a context capped at avx2 gives the uncapped context's
+ * results bit for bit (1, 2, 3, 5, 8, 9, 12, 37 and 130 rows; K in one chunk of the AVX-512
+ * kernel and in three; every scheme of fq_scheme the path takes; ragged last columns). Both are
+ * also checked against the float64 reference. */
 static void test_fq_avx2(void) {
     if (!ember__qtier_available(EMBER__QT_AVX2))
         return;
@@ -1136,8 +1136,9 @@ static void test_fq_avx2(void) {
     TU_OK(ember_context_create(&o, &ctx));
     o.cpu_max_isa = "avx2";
     TU_OK(ember_context_create(&o, &c2));
-    /* more than 8 rows: the AVX-512 kernel dequantizes a K chunk's weights once for all groups */
-    static const int64_t ms[] = {1, 2, 3, 5, 8, 12, 37};
+    /* more than 8 rows: both kernels dequantize a K chunk's weights once for all groups; more
+     * than 64: blocks of rows (up to 256 on AVX2) */
+    static const int64_t ms[] = {1, 2, 3, 5, 8, 9, 12, 37, 130};
     const int64_t n = 300; /* a task of 256 columns and one of 44 */
     int compared = 0;
     for (int ki = 0; ki < 2; ki++) {

@@ -13,7 +13,7 @@
  * dequantize + float matmul.
  *
  * (F,Q) / (Q,F): burn keeps the float operand float. By default (F,Q) with an F32 lhs (any
- * number of rows on the AVX-512 and AMX tiers, up to EMBER__FQ_MAX_ROWS below them) against 8-bit
+ * number of rows on the AVX-512 and AMX tiers, up to 256 on AVX2, 64 below) against 8-bit
  * Native or 4-bit PackedU32 weights runs the fused float path (fq_matmul.c: each weight
  * dequantized in registers as it is read, f32 sums; no dequantized copy); the other cases are
  * declined, for the dispatcher's dequantize + OpenBLAS path. With ember_options.dynamic_activation_quant (opt-in, LOSSY) the float operand is

@@ -111,7 +111,9 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
         tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512) ? ember__fq_cols_avx512
         : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2)   ? ember__fq_cols_avx2
                                                                              : ember__fq_cols_c;
-    if (m > EMBER__FQ_MAX_ROWS && cols != ember__fq_cols_avx512)
+    if (m > (cols == ember__fq_cols_avx512 ? m
+             : cols == ember__fq_cols_avx2 ? EMBER__FQ_AVX2_MAX_ROWS
+                                           : EMBER__FQ_MAX_ROWS))
         return EMBER_ERR_QUANT_UNSUPPORTED; /* see EMBER__FQ_MAX_ROWS */
     /* the scales as stored where they are f32, f16 or bf16 (the global f32 scale of a two-level
      * scheme applied as ember_dequantize does); other formats decoded once per call */

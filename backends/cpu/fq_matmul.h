@@ -23,10 +23,14 @@
  * of 32 with f16 scales, public-API calls back to back, medians): 65 rows 110.7 (OpenBLAS Haswell
  * kernels) / 105.0 (SkylakeX) -> 16.6 ms, 128 rows 135.0 -> 30.5, 512 rows 300.1 / 194.0 ->
  * 119.6; 64 rows 15.3 ms either way.
- * The AVX2 and portable kernels take at most this many rows (beyond, dequantize + OpenBLAS): the
- * AVX2 kernel dequantizes each weight again for every 3 rows, and with a Zen 5 capped at avx2 it
- * read 68.3 / 141.0 / 479.8 ms at 65 / 128 / 512 rows, behind OpenBLAS from 128. */
+ * The AVX2 kernel takes up to EMBER__FQ_AVX2_MAX_ROWS rows, the portable one up to this many
+ * (beyond, dequantize + OpenBLAS). With a Zen 5 capped at avx2 (bench_matmul, Q8S weights, same
+ * run, OpenBLAS's Haswell kernels), fused against dequantize + sgemm: 65 x 11008 x 4096 36.5
+ * against 50.1 ms, 128 x 11008 x 4096 67.4 against 77.2; level at 192-256 rows (256 x 11008 x
+ * 4096 132.8 against 128.5, 256 x 4096^2 47.2 against 48.0); behind from 512 (512 x 4096^2 102.4
+ * against 93.4, 2048^3 95.5 against 90.4). */
 #define EMBER__FQ_MAX_ROWS 64
+#define EMBER__FQ_AVX2_MAX_ROWS 256
 /* columns of one task (a multiple of 64); a task keeps its rows' f32 sums on the stack of the
  * thread that runs it (rows x EMBER__FQ_TASK_COLS x 4 bytes: 64 KiB at most, the calling thread's
  * too, which takes tasks) */
@@ -77,8 +81,8 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
 void ember__fq_cols_avx2(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
- * F32 lhs (of at most EMBER__FQ_MAX_ROWS rows below the AVX-512 tier) against 8-bit Native or
- * 4-bit PackedU32 weights whose
+ * F32 lhs (any rows on the AVX-512 kernel, at most EMBER__FQ_AVX2_MAX_ROWS on the AVX2 one and
+ * EMBER__FQ_MAX_ROWS on the portable one) against 8-bit Native or 4-bit PackedU32 weights whose
  * scales are per tensor, or per column or one across the columns in blocks along K of any length
  * (within one matrix of a batch); then the dispatcher runs burn's dequantize + float matmul. */
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
