@@ -1271,6 +1271,202 @@ static void test_fq_row_blocks(void) {
     ember_context_destroy(ctx);
 }
 
+/* Scale blocks along the columns ([1, 32]: burn's per_block([32]) on a [d_in, d_out] weight, a
+ * scale per 32 output columns of each K row; also [2, 48] and [4, 64]): the fused path takes them
+ * (the kernels' 16-column scale vectors are one scale each), and leaves blocks of 8 columns to
+ * dequantize + sgemm. Against the float64 reference (1e-5 of the largest output), one-hot rows
+ * bit for bit the dequantized weight rows, the AVX2 kernel's results bit for bit the AVX-512
+ * one's, a decode row the first row of a 2-row product, and 150 rows (K of 608) row by row as
+ * the same rows alone (which dequantize + sgemm does not give). */
+static void test_fq_col_blocks(void) {
+    ember_context *ctx = NULL, *c2 = NULL;
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.cpu_max_isa = "amx";
+    TU_OK(ember_context_create(&o, &ctx));
+    o.cpu_max_isa = "avx2";
+    TU_OK(ember_context_create(&o, &c2));
+    const int avx512 = ember__qtier_available(EMBER__QT_AVX512);
+    const struct {
+        ember_qvalue v;
+        ember_qstore st;
+        int64_t bk, bn;
+        ember_scale_dtype sd;
+    } kinds[] = {{EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 32, EMBER_SCALE_F16},
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 32, EMBER_SCALE_F16},
+                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, 48, EMBER_SCALE_BF16},
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 4, 64, EMBER_SCALE_F32},
+                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32}};
+    const int64_t shapes[][3] = {{1, 64, 576}, {2, 96, 576}, {3, 96, 288}, {9, 160, 96},
+                                 {70, 64, 288}, {150, 608, 288}};
+    int cases = 0;
+    for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            ember_qscheme s = ember_qscheme_per_block(kinds[q].v, kinds[q].st, 2,
+                                                      (int64_t[]){kinds[q].bk, kinds[q].bn});
+            s.block_scale = kinds[q].sd;
+            ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
+            if (ember_quantize(wf, &s, &w) != EMBER_OK) { /* a shape the blocks do not divide */
+                ember_tensor_free(wf);
+                continue;
+            }
+            ember_tensor_free(wf);
+            cases++;
+            size_t nb = 0;
+            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
+            uint8_t *bytes = malloc(nb);
+            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
+            ember_tensor *w2 = NULL;
+            TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
+            free(bytes);
+            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *y = NULL, *x2 = NULL,
+                         *y2 = NULL;
+            float *xs = malloc((size_t)(m * k) * 4), *o1 = malloc((size_t)(m * n) * 4),
+                  *o2 = malloc((size_t)(m * n) * 4);
+            TU_OK(ember_tensor_read(x, xs, (size_t)(m * k) * 4));
+            TU_OK(ember_q_matmul(x, w, &y));
+            int64_t cells;
+            double *ref = reference(x, w, &cells);
+            const double err = max_rel_err(y, ref, cells);
+            CU_ASSERT(err < 1e-5);
+            if (err >= 1e-5)
+                printf("\n  blocks [%lld, %lld], %lld x %lld x %lld: error %.3g",
+                       (long long)kinds[q].bk, (long long)kinds[q].bn, (long long)m, (long long)k,
+                       (long long)n, err);
+            free(ref);
+            CU_ASSERT_FALSE(packed(w));
+            TU_OK(ember_tensor_read(y, o1, (size_t)(m * n) * 4));
+            const int fused = kinds[q].bn % 16 == 0;
+            if (fused && m <= 256) { /* the AVX2 kernel: the same bits */
+                TU_OK(ember_tensor_from_data(c2, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x2));
+                TU_OK(ember_q_matmul(x2, w2, &y2));
+                TU_OK(ember_tensor_read(y2, o2, (size_t)(m * n) * 4));
+                CU_ASSERT(memcmp(o1, o2, (size_t)(m * n) * 4) == 0);
+            }
+            if (fused && avx512 && (m == 2 || m == 150)) { /* rows alone: the same bits */
+                for (int64_t i = 0; i < m; i += m == 2 ? 1 : 51) {
+                    ember_tensor *x1 = NULL, *y1 = NULL;
+                    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){1, k},
+                                                 xs + i * k, &x1));
+                    TU_OK(ember_q_matmul(x1, w, &y1));
+                    TU_OK(ember_tensor_read(y1, o2, (size_t)n * 4));
+                    const int same = memcmp(o2, o1 + i * n, (size_t)n * 4) == 0;
+                    CU_ASSERT(same);
+                    if (!same)
+                        printf("\n  blocks [%lld, %lld]: row %lld of %lld alone differs",
+                               (long long)kinds[q].bk, (long long)kinds[q].bn, (long long)i,
+                               (long long)m);
+                    ember_tensor_free(x1);
+                    ember_tensor_free(y1);
+                }
+            }
+            /* one-hot rows: each output row is a dequantized weight row, bit for bit */
+            float *oh = calloc((size_t)(m * k), sizeof(float)), *dq = malloc((size_t)(k * n) * 4);
+            for (int64_t i = 0; i < m; i++)
+                oh[i * k + (i * 7) % k] = 1.0f;
+            ember_tensor *xo = NULL, *yo = NULL, *dw = NULL;
+            TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, oh, &xo));
+            TU_OK(ember_q_matmul(xo, w, &yo));
+            TU_OK(ember_dequantize(w, &dw));
+            TU_OK(ember_tensor_read(dw, dq, (size_t)(k * n) * 4));
+            TU_OK(ember_tensor_read(yo, o1, (size_t)(m * n) * 4));
+            int same = 1;
+            for (int64_t i = 0; i < m && same; i++)
+                same = memcmp(o1 + i * n, dq + ((i * 7) % k) * n, (size_t)n * 4) == 0;
+            CU_ASSERT(same);
+            free(oh);
+            free(dq);
+            free(xs);
+            free(o1);
+            free(o2);
+            ember_tensor_free(xo);
+            ember_tensor_free(yo);
+            ember_tensor_free(dw);
+            ember_tensor_free(x);
+            ember_tensor_free(x2);
+            ember_tensor_free(y);
+            ember_tensor_free(y2);
+            ember_tensor_free(w);
+            ember_tensor_free(w2);
+        }
+    CU_ASSERT(cases >= 20);
+    ember_context_destroy(c2);
+    ember_context_destroy(ctx);
+}
+
+/* (Q,Q) and W8A8 against weights whose scales change along K every row ([1, 32] blocks): no
+ * int32 sum can span them, so the product is the fused float path's on A's dequantized values
+ * (bit for bit the F x Q product of ember_dequantize(A)), and under dynamic_activation_quant the
+ * F x Q product is the plain one, not quantized; both within 1e-5 of the float64 reference. */
+static void test_qq_col_blocks(void) {
+    ember_context *ctx = tu_cpu_context(), *cd = NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.dynamic_activation_quant = 1;
+    TU_OK(ember_context_create(&o, &cd));
+    const ember_qvalue vs[] = {EMBER_Q8S, EMBER_Q4S};
+    const ember_qstore sts[] = {EMBER_QSTORE_NATIVE, EMBER_QSTORE_PACKED_U32};
+    const int64_t shapes[][3] = {{1, 608, 288}, {5, 608, 576}, {70, 96, 288}};
+    int compared = 0;
+    for (int q = 0; q < 2; q++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            ember_qscheme s = ember_qscheme_per_block(vs[q], sts[q], 2, (int64_t[]){1, 32});
+            s.block_scale = EMBER_SCALE_F16;
+            ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+            ember_tensor *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f), *w = NULL;
+            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *xq = NULL, *xd = NULL;
+            TU_OK(ember_quantize(wf, &s, &w));
+            TU_OK(ember_quantize(x, &sa, &xq));
+            TU_OK(ember_dequantize(xq, &xd));
+            ember_tensor *y = NULL, *y2 = NULL;
+            TU_OK(ember_q_matmul(xq, w, &y));
+            TU_OK(ember_q_matmul(xd, w, &y2));
+            float *o1 = malloc((size_t)(m * n) * 4), *o2 = malloc((size_t)(m * n) * 4);
+            TU_OK(ember_tensor_read(y, o1, (size_t)(m * n) * 4));
+            TU_OK(ember_tensor_read(y2, o2, (size_t)(m * n) * 4));
+            CU_ASSERT(memcmp(o1, o2, (size_t)(m * n) * 4) == 0);
+            int64_t cells;
+            double *ref = reference(xq, w, &cells);
+            CU_ASSERT(max_rel_err(y, ref, cells) < 1e-5);
+            free(ref);
+            CU_ASSERT_FALSE(packed(w));
+            /* W8A8 asked for: the float lhs stays float */
+            size_t nb = 0;
+            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
+            uint8_t *bytes = malloc(nb);
+            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
+            float *xs = malloc((size_t)(m * k) * 4);
+            TU_OK(ember_tensor_read(xd, xs, (size_t)(m * k) * 4));
+            ember_tensor *wd = NULL, *xdd = NULL, *y3 = NULL;
+            TU_OK(ember_qtensor_from_bytes(cd, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &wd));
+            TU_OK(ember_tensor_from_data(cd, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &xdd));
+            TU_OK(ember_q_matmul(xdd, wd, &y3));
+            TU_OK(ember_tensor_read(y3, o1, (size_t)(m * n) * 4));
+            CU_ASSERT(memcmp(o1, o2, (size_t)(m * n) * 4) == 0);
+            compared++;
+            free(bytes);
+            free(xs);
+            free(o1);
+            free(o2);
+            ember_tensor_free(wf);
+            ember_tensor_free(w);
+            ember_tensor_free(wd);
+            ember_tensor_free(x);
+            ember_tensor_free(xq);
+            ember_tensor_free(xd);
+            ember_tensor_free(xdd);
+            ember_tensor_free(y);
+            ember_tensor_free(y2);
+            ember_tensor_free(y3);
+        }
+    CU_ASSERT_EQUAL(compared, 6);
+    ember_context_destroy(cd);
+    ember_context_destroy(ctx);
+}
+
 static void test_fq_fused(void) {
     ember_context *ctx = tu_cpu_context();
     CU_ASSERT_PTR_NOT_NULL_FATAL(ctx);
@@ -1423,6 +1619,10 @@ static void test_q_matmul_oom(void) {
     ember_qscheme sb =
         ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){32, 8});
     oom_walk(&sa, (int64_t[]){33, 64}, &sb, (int64_t[]){64, 40}, 0);
+    /* B's scales changing every K row: the fused float path on A's dequantized values */
+    ember_qscheme sc =
+        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (int64_t[]){1, 32});
+    oom_walk(&sa, (int64_t[]){33, 64}, &sc, (int64_t[]){64, 64}, 0);
 }
 
 /* a first call of 150 rows packs a Native 8-bit B (2 threads, two packing tasks): a failed call
@@ -2158,6 +2358,8 @@ int main(void) {
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"(F,Q): the fused float path", test_fq_fused},
         {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone", test_fq_row_blocks},
+        {"(F,Q) scale blocks along the columns ([1, 32], ...)", test_fq_col_blocks},
+        {"(Q,Q) and W8A8 on [1, 32] weights: the fused path on A's floats", test_qq_col_blocks},
         {"(F,Q) the AVX2 kernel: the AVX-512 kernel's results", test_fq_avx2},
         {"(F,Q) a decode row: whole rows of a task, the group path's results", test_fq_decode_row},
         {"q_matmul entry: allocation failures", test_q_matmul_oom},

@@ -39,7 +39,7 @@ void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1) {
             const int64_t c = j0 + j;
             const int q =
                 jb->bits == 8 ? (int8_t)row[c] : (((row[c >> 1] >> ((c & 1) * 4)) & 0xF) ^ 8) - 8;
-            wrow[j] = scale_at(jb, jb->bn == 1 ? e0 + c : e0) * (float)q;
+            wrow[j] = scale_at(jb, e0 + c / jb->bn) * (float)q;
         }
         for (int64_t i = 0; i < m; i++) {
             const float x = jb->a[i * k + kk];
@@ -103,7 +103,7 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
         bn = b->q.block_full[r - 1];
         nbn = b->q.grid[r - 1];
         sstride = b->q.grid[r - 2] * b->q.grid[r - 1];
-        if (bn != 1 && bn < n)
+        if (bn != 1 && bn < n && bn % 16) /* the kernels take 16 columns' scales at once */
             return EMBER_ERR_QUANT_UNSUPPORTED;
     }
     const ember__qtier tier = ember__cpu_tier(s);
@@ -144,7 +144,8 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     int64_t block_rows = ((m + row_blocks - 1) / row_blocks + 3) / 4 * 4;
     if (block_rows > EMBER__FQ_MAX_ROWS)
         block_rows = EMBER__FQ_MAX_ROWS;
-    fq_run r = {{NULL, NULL, ldb, bits, sc, sd, two_level, glob, m, n, k, bk, bn, nbn, NULL},
+    const int64_t pfb = bk >= 16 ? 1 : (16 + bk - 1) / bk;
+    fq_run r = {{NULL, NULL, ldb, bits, sc, sd, two_level, glob, m, n, k, bk, bn, nbn, NULL, pfb},
                 g,
                 (const float *)a->buf,
                 (const uint8_t *)b->buf,

@@ -52,23 +52,38 @@ typedef struct ember__fq_job {
     float glob;
     int64_t m, n, k;
     int64_t bk;  /* K extent of a scale block (k for one block along K) */
-    int64_t bn;  /* 1 (a scale per column) or >= n (one scale across the columns) */
+    int64_t bn;  /* columns of a scale block: 1 (a scale per column), a multiple of 16, or >= n
+                    (one scale across the columns); the scale of column j is at e0 + j / bn */
     int64_t nbn; /* scale blocks along n */
     float *c;    /* [m][n], row stride n */
+    int64_t pfb; /* the scale prefetch's distance in block rows: 1, or for blocks of fewer than 16
+                    K rows the block row at least 16 K rows on */
 } ember__fq_job;
 
-/* Fetch the scales of columns [j, j + ncols) for scale-block row kb (if there is one) into L1.
- * A row of scales is n scales long, so each block's lie on lines of their own: loaded when the
- * block starts, they missed the caches at every block (a profile of 4 x 4096 x 11008, Q4S blocks
- * of 32, put 38% of its samples right after the scale loads). The SIMD kernels fetch the next
- * block's as a block starts (bench/results/cpu.md, nineteenth session). */
-static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t j,
-                                             int64_t ncols) {
-    if (kb * jb->bk >= jb->k)
+/* The scales of columns [j, j + ncols) (those below n) within a block row: offsets *s0..*s1
+ * (*s1 < *s0 when there are none). Callers take it once per pass: a division per column block. */
+static inline void ember__fq_scale_span(const ember__fq_job *jb, int64_t j, int64_t ncols,
+                                        int64_t *s0, int64_t *s1) {
+    const int64_t j1 = (j + ncols < jb->n ? j + ncols : jb->n) - 1; /* the last column */
+    *s0 = j / jb->bn;
+    *s1 = j1 < j ? *s0 - 1 : j1 / jb->bn;
+}
+
+/* Called as scale-block row kb starts: fetch scales s0..s1 (ember__fq_scale_span) of a later
+ * block row (if there is one) into L1: the next one, or for blocks of fewer than 16 K rows the one
+ * at least 16 K rows on (jb->pfb). A row of scales is n / bn scales long, so each block's lie on
+ * lines of their own: loaded when the block starts, they missed the caches at every block (a
+ * profile of 4 x 4096 x 11008, Q4S blocks of 32, put 38% of its samples right after the scale
+ * loads). The SIMD kernels fetch the next block's as a block starts (bench/results/cpu.md,
+ * nineteenth session); with a block per K row ([1, 32] blocks) the next row's came too late. */
+static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t s0,
+                                             int64_t s1) {
+    kb += jb->pfb;
+    if (kb * jb->bk >= jb->k || s1 < s0)
         return;
     const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2; /* f32, or f16 / bf16 */
-    const uintptr_t a = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + (jb->bn == 1 ? j : 0)) * es;
-    const uintptr_t end = a + (size_t)(jb->bn == 1 ? ncols : 1) * es;
+    const uintptr_t a = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + s0) * es;
+    const uintptr_t end = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + s1 + 1) * es;
     for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
         __builtin_prefetch((const void *)l, 0, 3);
 }
@@ -83,8 +98,12 @@ void ember__fq_cols_avx2(const ember__fq_job *jb, int64_t j0, int64_t j1);
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
  * F32 lhs (any rows on the AVX-512 kernel, at most EMBER__FQ_AVX2_MAX_ROWS on the AVX2 one and
  * EMBER__FQ_MAX_ROWS on the portable one) against 8-bit Native or 4-bit PackedU32 weights whose
- * scales are per tensor, or per column or one across the columns in blocks along K of any length
- * (within one matrix of a batch); then the dispatcher runs burn's dequantize + float matmul. */
+ * scales are per tensor, or per column, per block of a multiple of 16 columns ([1, 32]: burn's
+ * per_block([32]) on a [d_in, d_out] weight) or one across the columns, in blocks along K of any
+ * length (within one matrix of a batch); then the dispatcher runs burn's dequantize + float
+ * matmul. Blocks of a multiple of 16 columns, measured (Zen 5, 2 threads, 4096 x 11008, [1, 32]
+ * with F16 scales, the build before, which left them to dequantize + sgemm, and this one): 1 row
+ * Q8S 16.4 -> 1.48 ms, Q4S 14.1 -> 0.98; 128 rows 66.0 -> 36.9, 65.5 -> 36.2. */
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
                                   const ember_tensor *b, ember_tensor *out);
 

@@ -23,16 +23,62 @@
 #define FQ2_PF 16
 #define FQ2_PF2 64
 
+/* Where scales32 finds a strip's scales, made once per strip: the offset of each 8 columns' scale
+ * within a block row (bn > 1: blocks of bn columns, a multiple of 16, or all the columns), the
+ * prefetch's span (fq_matmul.h) */
+typedef struct strip_sc {
+    int64_t off[4], s0, s1;
+} strip_sc;
+
+static inline __attribute__((always_inline)) void strip_sc_init(const ember__fq_job *jb,
+                                                                int64_t j, strip_sc *ss) {
+    for (int t = 0; t < 4; t++)
+        ss->off[t] = jb->bn == 1 ? 0 : (j + 8 * t) / jb->bn;
+    ember__fq_scale_span(jb, j, 32, &ss->s0, &ss->s1);
+}
+
 /* the scales of columns [j, j + 32) for scale-block row kb (lanes past n: 0), into sb; the next
  * block's are fetched into L1 (each block's scales sit on lines of their own, which missed the
  * caches at every block start; fq_matmul.h, ember__fq_scales_prefetch). Zen 5 capped at avx2, 4096
  * x 11008, blocks of 32, 2 threads, medians, before -> after: 1 row Q4S 2952-3094 -> 2498-2609 us,
- * Q8S 2551-3192 -> 1971-2002; 2 rows Q8S 3594-3991 -> 3268-3431; 4 and 8 rows level. */
-static void scales32(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t nv, float *sb) {
+ * Q8S 2551-3192 -> 1971-2002; 2 rows Q8S 3594-3991 -> 3268-3431; 4 and 8 rows level. Blocks of bn
+ * columns: each 8 lanes' scale broadcast (a block per K row, [1, 32], makes the scales at every K
+ * row: lane by lane, with a division each, that took 25x the row's products). */
+static inline __attribute__((always_inline)) void scales32(const ember__fq_job *jb, int64_t kb,
+                                                            int64_t j, int64_t nv, float *sb,
+                                                            const strip_sc *ss) {
     const int64_t e0 = kb * jb->nbn;
-    ember__fq_scales_prefetch(jb, kb + 1, j, 32);
+    ember__fq_scales_prefetch(jb, kb, ss->s0, ss->s1);
     const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
-    if (nv >= 32 && jb->bn == 1) { /* a scale per column, 32 of them: eight at a time */
+    if (jb->bn != 1) { /* one scale per 8 lanes (per 16: bn is a multiple of 16 or >= n), in
+                          sb[0..3], to broadcast (scale8): in values32's split order too */
+        for (int t = 0; t < 4; t++) {
+            float v = 0.0f;
+            if (t % 2) { /* lanes 8-15 of a 16: the same block as lanes 0-7 */
+                sb[t] = 8 * t < nv ? sb[t - 1] : 0.0f;
+                continue;
+            }
+            if (8 * t < nv) {
+                const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + ss->off[t]) * es;
+                if (jb->sd == EMBER_SCALE_F32) {
+                    memcpy(&v, p, 4);
+                } else {
+                    uint16_t h;
+                    memcpy(&h, p, 2);
+                    if (jb->sd == EMBER_SCALE_F16) {
+                        v = _cvtsh_ss(h);
+                    } else { /* bf16: the upper half of an f32 */
+                        const uint32_t u = (uint32_t)h << 16;
+                        memcpy(&v, &u, 4);
+                    }
+                }
+                v = jb->two_level ? jb->glob * v : v;
+            }
+            sb[t] = v;
+        }
+        return;
+    }
+    if (nv >= 32) { /* a scale per column, 32 of them: eight at a time */
         const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + j) * es;
         for (int t = 0; t < 4; t++) {
             __m256 v;
@@ -54,8 +100,7 @@ static void scales32(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t nv,
             sb[t] = 0.0f;
             continue;
         }
-        const int64_t i = jb->bn == 1 ? e0 + j + t : e0; /* one scale across the columns */
-        const uint8_t *p = (const uint8_t *)jb->sc + (size_t)i * es;
+        const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + j + t) * es;
         float v;
         if (jb->sd == EMBER_SCALE_F32) {
             memcpy(&v, p, 4);
@@ -71,6 +116,13 @@ static void scales32(const ember__fq_job *jb, int64_t kb, int64_t j, int64_t nv,
         }
         sb[t] = jb->two_level ? jb->glob * v : v;
     }
+}
+
+/* the scales of lanes [8t, 8t + 8) made by scales32: sb[t] broadcast for blocks of columns (the
+ * same value in each lane, or 0 for lanes past n, whose values are 0), else sb's eight */
+static inline __attribute__((always_inline)) __m256 scale8(const ember__fq_job *jb, const float *sb,
+                                                           int t) {
+    return jb->bn != 1 ? _mm256_broadcast_ss(sb + t) : _mm256_load_ps(sb + 8 * t);
 }
 
 /* 32 values of K row q (8-bit: 32 bytes; 4-bit: 16 bytes, value j in byte j / 2, low nibble
@@ -161,6 +213,8 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
                                                        const int bits, int pf_l2) {
     const int64_t k = jb->k, ldb = jb->ldb;
     float sb[32] __attribute__((aligned(32)));
+    strip_sc ss;
+    strip_sc_init(jb, j, &ss);
     __m256 c[3][4];
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
@@ -172,7 +226,7 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
         if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
-            scales32(jb, kb, j, nv, sb);
+            scales32(jb, kb, j, nv, sb, &ss);
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
         if (kk + FQ2_PF < k)
@@ -184,7 +238,7 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
         __m256 w[4];
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            w[t] = _mm256_mul_ps(_mm256_load_ps(sb + 8 * t), v[t]);
+            w[t] = _mm256_mul_ps(scale8(jb, sb, t), v[t]);
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) {
             const __m256 x = _mm256_set1_ps(jb->a[(i0 + r) * k + kk]);
@@ -211,15 +265,20 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
         c[t] = _mm256_setzero_ps();
     int64_t kb = -1, next = 0;
     const int64_t nv0 = nv < 32 ? nv : 32, nv1 = nv - nv0;
+    strip_sc ss0, ss1;
+    strip_sc_init(jb, j, &ss0);
+    strip_sc_init(jb, j + 32, &ss1);
     for (int64_t kk = 0; kk < k; kk++) {
         if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
-            scales32(jb, kb, j, nv0, sb);
-            scales32(jb, kb, j + 32, nv1, sb + 32);
+            scales32(jb, kb, j, nv0, sb, &ss0);
+            scales32(jb, kb, j + 32, nv1, sb + 32, &ss1);
             if (bits == 4) {
-                evens_odds32(sb);
-                evens_odds32(sb + 32);
+                if (jb->bn == 1) { /* blocks of columns: the same in either order */
+                    evens_odds32(sb);
+                    evens_odds32(sb + 32);
+                }
             }
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
@@ -232,12 +291,12 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
         values32(q, bits, nv0, v, 1);
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            c[t] = _mm256_fmadd_ps(x, _mm256_mul_ps(_mm256_load_ps(sb + 8 * t), v[t]), c[t]);
+            c[t] = _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb, t), v[t]), c[t]);
         if (nv1 > 0) {
             values32(q + (bits == 8 ? 32 : 16), bits, nv1, v, 1);
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
-                c[4 + t] = _mm256_fmadd_ps(x, _mm256_mul_ps(_mm256_load_ps(sb + 32 + 8 * t), v[t]),
+                c[4 + t] = _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb + 32, t), v[t]),
                                            c[4 + t]);
         }
     }
@@ -294,6 +353,8 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
     float sb[32] __attribute__((aligned(32)));
     float acc[EMBER__FQ_MAX_ROWS * 32] __attribute__((aligned(32)));
     float wbuf[FQ2_KC * 32] __attribute__((aligned(32)));
+    strip_sc ss;
+    strip_sc_init(jb, j, &ss);
     memset(acc, 0, (size_t)m * 32 * sizeof(float));
     int64_t kb = -1, next = 0;
     for (int64_t k0 = 0; k0 < k; k0 += FQ2_KC) {
@@ -302,7 +363,7 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
             if (kk == next) {
                 kb++;
                 next += jb->bk;
-                scales32(jb, kb, j, nv, sb);
+                scales32(jb, kb, j, nv, sb, &ss);
             }
             const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
             if (kk + FQ2_PF < k)
@@ -314,7 +375,7 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
                 _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t,
-                                _mm256_mul_ps(_mm256_load_ps(sb + 8 * t), v[t]));
+                                _mm256_mul_ps(scale8(jb, sb, t), v[t]));
         }
         for (int64_t i0 = 0; i0 < m; i0 += 3) {
             switch (m - i0 >= 3 ? 3 : (int)(m - i0)) {

@@ -73,14 +73,37 @@ static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job
     return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
 }
 
-/* the scales of columns [j, j + 64) for scale-block row kb */
-static inline __attribute__((always_inline)) void
-scales(const ember__fq_job *jb, int64_t kb, int64_t j, const __mmask16 mk[4], __m512 s[4]) {
+/* the effective scale at index i of the job's scales, in every lane (the value scales16 gives) */
+static inline __attribute__((always_inline)) __m512 scale1(const ember__fq_job *jb, int64_t i) {
+    __m512 t;
+    if (jb->sd == EMBER_SCALE_F32) {
+        t = _mm512_set1_ps(((const float *)jb->sc)[i]);
+    } else {
+        const uint16_t h = ((const uint16_t *)jb->sc)[i];
+        if (jb->sd == EMBER_SCALE_F16) {
+            t = _mm512_set1_ps(_cvtsh_ss(h));
+        } else {
+            const uint32_t u = (uint32_t)h << 16;
+            float f;
+            __builtin_memcpy(&f, &u, 4);
+            t = _mm512_set1_ps(f);
+        }
+    }
+    return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
+}
+
+/* the scales of columns [j, j + 64) for scale-block row kb: a scale per column, or (bn > 1)
+ * blocks of bn columns whose scale is the same in each 16 lanes (bn a multiple of 16, or all the
+ * columns): off[t], the offset of columns j + 16t's scale within the block row (ember__fq_offs16),
+ * broadcast; none read for 16 columns past n */
+static inline __attribute__((always_inline)) void scales(const ember__fq_job *jb, int64_t kb,
+                                                         int64_t j, const __mmask16 mk[4],
+                                                         const int64_t off[4], __m512 s[4]) {
     const int64_t e0 = kb * jb->nbn;
-    if (jb->bn != 1) { /* one scale across the columns: lane 0 everywhere */
-        const __m512 one = _mm512_permutexvar_ps(_mm512_setzero_si512(), scales16(jb, e0, 1));
+    if (jb->bn != 1) {
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            s[t] = one;
+            s[t] = mk[t] ? scale1(jb, e0 + off[t]) : _mm512_setzero_ps();
         return;
     }
 #pragma GCC unroll 4
@@ -88,11 +111,19 @@ scales(const ember__fq_job *jb, int64_t kb, int64_t j, const __mmask16 mk[4], __
         s[t] = scales16(jb, e0 + j + 16 * t, mk[t]);
 }
 
+/* off[t] for scales(): the offset of columns j + 16t's scale within a block row (bn > 1) */
+static inline __attribute__((always_inline)) void offs16(const ember__fq_job *jb, int64_t j,
+                                                         int64_t off[4]) {
+    for (int t = 0; t < 4; t++)
+        off[t] = jb->bn == 1 ? 0 : (j + 16 * t) / jb->bn;
+}
+
 /* A pass over K steps of columns [j, j + 64): the scales of the current block along K (in nib32's
  * order for 4-bit values) and what reads the weights needs. */
 typedef struct wpass {
     const ember__fq_job *jb;
     int64_t j, kb, next;
+    int64_t off[4], s0, s1; /* scales()'s offsets, the prefetch's span */
     const __mmask16 *mk;
     int full, pf_task;
     __mmask32 m4; /* 4-bit: the bytes of the valid columns */
@@ -100,8 +131,8 @@ typedef struct wpass {
 } wpass;
 
 static inline __attribute__((always_inline)) void wpass_scales(wpass *w) {
-    scales(w->jb, w->kb, w->j, w->mk, w->s);
-    ember__fq_scales_prefetch(w->jb, w->kb + 1, w->j, 64);
+    scales(w->jb, w->kb, w->j, w->mk, w->off, w->s);
+    ember__fq_scales_prefetch(w->jb, w->kb, w->s0, w->s1);
     if (w->jb->bits == 4) { /* in nib32's order */
         deinterleave(w->s[0], w->s[1], &w->s[0], &w->s[1]);
         deinterleave(w->s[2], w->s[3], &w->s[2], &w->s[3]);
@@ -121,6 +152,8 @@ static inline __attribute__((always_inline)) void wpass_init(wpass *w, const emb
     w->kb = k0 / jb->bk;
     w->next = (w->kb + 1) * jb->bk;
     w->tab = nib_table();
+    offs16(jb, j, w->off);
+    ember__fq_scale_span(jb, j, 64, &w->s0, &w->s1);
     wpass_scales(w);
 }
 
@@ -250,14 +283,28 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
     for (int t = 0; t < 16; t++)
         c[t] = _mm512_setzero_ps();
     const __m512 tab = nib_table();
+    /* scale blocks of 32 columns or a multiple (burn's per_block([32]) on a [d_in, d_out] weight:
+     * one K row a block): each 32 columns' scale broadcast from the scales as the row is taken,
+     * where making the task's 256 scales into sb at every K row cost more than the row's products.
+     * The same scale values, so the same products. */
+    const int colblk = jb->bn % 32 == 0 && jb->bn < jb->n;
+    int64_t off[16], s0, s1; /* the offset of each 16 columns' scale within a block row (bn > 1),
+                                the prefetch's span: once per task, not per block */
+    for (int g = 0; g < 4; g++)
+        offs16(jb, j0 + 64 * g, off + 4 * g);
+    ember__fq_scale_span(jb, j0, 256, &s0, &s1);
     int64_t kb = -1, next = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-        if (kk == next) { /* a new scale block along K */
+        if (kk == next && colblk) {
+            kb++;
+            next += jb->bk;
+            ember__fq_scales_prefetch(jb, kb, s0, s1);
+        } else if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
             for (int g = 0; g < 4; g++) {
                 __m512 sg[4];
-                scales(jb, kb, j0 + 64 * g, all, sg);
+                scales(jb, kb, j0 + 64 * g, all, off + 4 * g, sg);
                 if (bits == 4) /* in nib32's order */
                     for (int h = 0; h < 2; h++)
                         deinterleave(sg[2 * h], sg[2 * h + 1], &sg[2 * h], &sg[2 * h + 1]);
@@ -271,7 +318,7 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
              * 4086-4283 / 5189-5532 / 6899-7320 -> 2187-2270 / 2603-2658 / 3642-3644 /
              * 5731-5814, 1 row level to -10%; decode_step's F x Q step, Q8S blocks of 32
              * 3.48-3.72 -> 2.68-3.04 ms, Q4S 2.45-2.80 -> 2.12-2.22. */
-            ember__fq_scales_prefetch(jb, kb + 1, j0, 256);
+            ember__fq_scales_prefetch(jb, kb, s0, s1);
         }
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j0 : j0 / 2);
         /* the whole K row FQ_PF2 rows ahead into L2 and FQ_PF rows ahead into L1, as group()
@@ -283,6 +330,27 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
             for (int l = 0; l < lines; l++)
                 _mm_prefetch((const char *)(q + FQ_PF * ldb + 64 * l), _MM_HINT_T0);
         const __m512 x = _mm512_set1_ps(jb->a[kk]);
+        if (colblk) {
+            const int64_t e0 = kb * jb->nbn;
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++) {
+                const __m512 sv = scale1(jb, e0 + off[2 * h]);
+                if (bits == 4) { /* both halves of nib32's order take the one scale */
+                    __m512 ev, od;
+                    nib32(q + 16 * h, 0xffff, tab, &ev, &od);
+                    c[2 * h] = _mm512_fmadd_ps(x, _mm512_mul_ps(sv, ev), c[2 * h]);
+                    c[2 * h + 1] = _mm512_fmadd_ps(x, _mm512_mul_ps(sv, od), c[2 * h + 1]);
+                } else {
+#pragma GCC unroll 2
+                    for (int t = 0; t < 2; t++) {
+                        const __m128i v = _mm_loadu_si128((const __m128i *)(q + 32 * h + 16 * t));
+                        const __m512 w = _mm512_mul_ps(sv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+                        c[2 * h + t] = _mm512_fmadd_ps(x, w, c[2 * h + t]);
+                    }
+                }
+            }
+            continue;
+        }
         if (bits == 4) { /* 32 columns at a time, in nib32's order */
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) {

@@ -42,13 +42,16 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * the memory it uses rounds up to whole 2 MiB. ember_context_trim() frees it; a call made while
  * another thread's call holds it allocates its own for that call.
  * (F,Q) on the CPU: with an F32 a (any number of rows where the CPU has AVX-512; up to 256 rows
- * per batch with AVX2, 64 without) and b of 8-bit Native or 4-bit PackedU32 values, each weight
+ * per batch with AVX2, 64 without) and b of 8-bit Native or 4-bit PackedU32 values (scales per
+ * tensor, per column, in blocks of a multiple of 16 columns such as burn's per_block([32]) on a
+ * [d_in, d_out] weight, or across the columns; blocks along K of any length), each weight
  * is dequantized in registers as it is read (the f32 multiply ember_dequantize does) and
  * multiplied into f32 sums: no dequantized copy, nothing packed (up to 64 KiB of each working
  * thread's stack for the sums of a block of 64 rows, and on AVX2 32 KiB for a chunk of dequantized
  * weights). Each row's result is the same, bit for bit, however many rows the call has (and on
- * AVX2 and AVX-512 alike). Other (F,Q) / (Q,F) cases dequantize the quantized operand and run the
- * float matmul, as burn does. */
+ * AVX2 and AVX-512 alike). (Q,Q) with b's scales changing along K more often than every 32
+ * rows (no int32 sum can span them) takes the same path on a's dequantized values. Other (F,Q) /
+ * (Q,F) / (Q,Q) cases dequantize the quantized operands and run the float matmul, as burn does. */
 EMBER_API ember_status ember_q_matmul(const ember_tensor *a, const ember_tensor *b,
                                       ember_tensor **out);
 
