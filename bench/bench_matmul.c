@@ -153,7 +153,10 @@ static void ember_f32_teardown(void *state) {
  *                     path (backends/cpu/fq_matmul.c; up to 256 rows on AVX2 and 64 without
  *                     it, beyond them dequantize + sgemm)
  *   fq.q8s_dequant    the same by hand, as burn's default does it: ember_dequantize of the weights
- *                     then ember_matmul, every call */
+ *                     then ember_matmul, every call
+ *   fq.q4s_n32        F32 x Q4S weights with burn's per_block([32]) on their [k, n] layout (an F16
+ *                     scale per 32 columns of each K row), through ember_q_matmul
+ *   fq.q4s_n32_dequant the same by hand (dequantize, then ember_matmul) */
 #include "bench_dnnl.h"
 #include "dispatch/internal.h"
 
@@ -243,6 +246,29 @@ static int fq_setup(const problem *p, void **state, bench_row *row) {
 static int fq_dequant_setup(const problem *p, void **state, bench_row *row) {
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     return q_setup_scheme(p, state, row, &s, Q_FQ_DEQUANT, "dequantize+sgemm", "F32/Q8S");
+}
+
+/* F x Q with burn's per_block([32]) on the [k, n] weight: Q4S, a scale (F16) per 32 columns of
+ * each K row */
+static ember_qscheme q4_n32(void) {
+    ember_qscheme s =
+        ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, (const int64_t[]){1, 32});
+    s.block_scale = EMBER_SCALE_F16;
+    return s;
+}
+
+static int fq_n32_setup(const problem *p, void **state, bench_row *row) {
+    if (p->n % 32 != 0)
+        return 0;
+    ember_qscheme s = q4_n32();
+    return q_setup_scheme(p, state, row, &s, Q_FQ, "fq", "F32/Q4Sn32");
+}
+
+static int fq_n32_dequant_setup(const problem *p, void **state, bench_row *row) {
+    if (p->n % 32 != 0)
+        return 0;
+    ember_qscheme s = q4_n32();
+    return q_setup_scheme(p, state, row, &s, Q_FQ_DEQUANT, "dequantize+sgemm", "F32/Q4Sn32");
 }
 
 static void q_after(void *state) {
@@ -503,6 +529,8 @@ static const provider providers[] = {
     {"int8.q4s_b32", q4_setup, q_run, q_result, q_after, q_teardown},
     {"fq.q8s", fq_setup, q_run, q_result, q_after, q_teardown},
     {"fq.q8s_dequant", fq_dequant_setup, q_run, q_result, q_after, q_teardown},
+    {"fq.q4s_n32", fq_n32_setup, q_run, q_result, q_after, q_teardown},
+    {"fq.q4s_n32_dequant", fq_n32_dequant_setup, q_run, q_result, q_after, q_teardown},
 #ifdef EMBER_BENCH_HAVE_DNNL
     {"onednn.s8_reorder", dnnl_reorder_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
     {"onednn.s8_plain", dnnl_plain_setup, dnnl_run_one, dnnl_result, NULL, dnnl_teardown},
