@@ -1139,10 +1139,11 @@ static void test_fq_avx2(void) {
     /* more than 8 rows: both kernels dequantize a K chunk's weights once for all groups; more
      * than 64: blocks of rows (up to 256 on AVX2) */
     static const int64_t ms[] = {1, 2, 3, 5, 8, 9, 12, 37, 130};
-    const int64_t n = 300; /* a task of 256 columns and one of 44 */
     int compared = 0;
-    for (int ki = 0; ki < 2; ki++) {
-        const int64_t k = ki ? 288 : 96; /* one K chunk of the AVX-512 kernel, or three */
+    for (int ki = 0; ki < 3; ki++) {
+        const int64_t k = ki == 1 ? 288 : 96; /* one K chunk of the AVX-512 kernel, or three */
+        /* a task of 256 columns and one of 44; or of 34 (the last 16 columns hold 2) */
+        const int64_t n = ki == 2 ? 290 : 300;
         for (int kind = 0; kind <= 11; kind++) {
             if (kind == 7 || kind == 4)
                 continue; /* left to dequantize + float matmul, or blocks across the columns */

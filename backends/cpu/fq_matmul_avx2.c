@@ -55,9 +55,11 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
         for (int t = 0; t < 4; t++) {
             float v = 0.0f;
             if (t % 2) { /* lanes 8-15 of a 16: the same block as lanes 0-7 */
-                sb[t] = 8 * t < nv ? sb[t - 1] : 0.0f;
+                sb[t] = sb[t - 1];
                 continue;
             }
+            /* 0 only where all 16 columns lie past n: in values32's split order each group of 8
+             * holds even or odd columns from all 16 */
             if (8 * t < nv) {
                 const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + ss->off[t]) * es;
                 if (jb->sd == EMBER_SCALE_F32) {
