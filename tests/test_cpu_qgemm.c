@@ -1002,6 +1002,45 @@ static void test_dynamic_activation_quant(void) {
     }
 }
 
+/* w's values and scales as a tensor of another context (scheme s, [k, n]): from its bytes */
+static ember_tensor *weights_in(ember_context *c2, const ember_tensor *w, const ember_qscheme *s,
+                                int64_t k, int64_t n) {
+    size_t nb = 0;
+    TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
+    uint8_t *bytes = malloc(nb);
+    TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
+    ember_tensor *w2 = NULL;
+    TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
+    free(bytes);
+    return w2;
+}
+
+/* One-hot rows of an [m, k] lhs against w [k, n]: row i picks weight row (i * 7) % k, which must
+ * come back exactly, the dequantized weight row (ember_dequantize's floats) bit for bit */
+static int onehot_rows_exact(ember_context *ctx, const ember_tensor *w, int64_t m, int64_t k,
+                             int64_t n) {
+    float *oh = calloc((size_t)(m * k), sizeof(float)), *out = malloc((size_t)(m * n) * 4),
+          *dq = malloc((size_t)(k * n) * 4);
+    for (int64_t i = 0; i < m; i++)
+        oh[i * k + (i * 7) % k] = 1.0f;
+    ember_tensor *xo = NULL, *y = NULL, *dw = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, oh, &xo));
+    TU_OK(ember_q_matmul(xo, w, &y));
+    TU_OK(ember_dequantize(w, &dw));
+    TU_OK(ember_tensor_read(dw, dq, (size_t)(k * n) * 4));
+    TU_OK(ember_tensor_read(y, out, (size_t)(m * n) * 4));
+    int same = 1;
+    for (int64_t i = 0; i < m && same; i++)
+        same = memcmp(out + i * n, dq + ((i * 7) % k) * n, (size_t)n * 4) == 0;
+    free(oh);
+    free(out);
+    free(dq);
+    ember_tensor_free(xo);
+    ember_tensor_free(dw);
+    ember_tensor_free(y);
+    return same;
+}
+
 /* (F,Q) with up to EMBER__FQ_MAX_ROWS rows: burn's float path, fused (backends/cpu/fq_matmul.c).
  * Every scale layout the fused path reads (per tensor; per column; blocks along K that divide
  * K, across the kernel's K chunks; one scale across the columns; F32 / F16 / BF16 scales; two-level
@@ -1155,13 +1194,7 @@ static void test_fq_avx2(void) {
             }
             ember_tensor_free(wf);
             /* the same weights in the capped context, from their bytes */
-            size_t nb = 0;
-            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
-            uint8_t *bytes = malloc(nb);
-            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
-            ember_tensor *w2 = NULL;
-            TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
-            free(bytes);
+            ember_tensor *w2 = weights_in(c2, w, &s, k, n);
             for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++) {
                 const int64_t m = ms[a];
                 ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *x2 = NULL;
@@ -1314,13 +1347,7 @@ static void test_fq_col_blocks(void) {
             }
             ember_tensor_free(wf);
             cases++;
-            size_t nb = 0;
-            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
-            uint8_t *bytes = malloc(nb);
-            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
-            ember_tensor *w2 = NULL;
-            TU_OK(ember_qtensor_from_bytes(c2, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &w2));
-            free(bytes);
+            ember_tensor *w2 = weights_in(c2, w, &s, k, n);
             ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *y = NULL, *x2 = NULL,
                          *y2 = NULL;
             float *xs = malloc((size_t)(m * k) * 4), *o1 = malloc((size_t)(m * n) * 4),
@@ -1362,28 +1389,10 @@ static void test_fq_col_blocks(void) {
                     ember_tensor_free(y1);
                 }
             }
-            /* one-hot rows: each output row is a dequantized weight row, bit for bit */
-            float *oh = calloc((size_t)(m * k), sizeof(float)), *dq = malloc((size_t)(k * n) * 4);
-            for (int64_t i = 0; i < m; i++)
-                oh[i * k + (i * 7) % k] = 1.0f;
-            ember_tensor *xo = NULL, *yo = NULL, *dw = NULL;
-            TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, oh, &xo));
-            TU_OK(ember_q_matmul(xo, w, &yo));
-            TU_OK(ember_dequantize(w, &dw));
-            TU_OK(ember_tensor_read(dw, dq, (size_t)(k * n) * 4));
-            TU_OK(ember_tensor_read(yo, o1, (size_t)(m * n) * 4));
-            int same = 1;
-            for (int64_t i = 0; i < m && same; i++)
-                same = memcmp(o1 + i * n, dq + ((i * 7) % k) * n, (size_t)n * 4) == 0;
-            CU_ASSERT(same);
-            free(oh);
-            free(dq);
+            CU_ASSERT(onehot_rows_exact(ctx, w, m, k, n));
             free(xs);
             free(o1);
             free(o2);
-            ember_tensor_free(xo);
-            ember_tensor_free(yo);
-            ember_tensor_free(dw);
             ember_tensor_free(x);
             ember_tensor_free(x2);
             ember_tensor_free(y);
@@ -1435,20 +1444,14 @@ static void test_qq_col_blocks(void) {
             free(ref);
             CU_ASSERT_FALSE(packed(w));
             /* W8A8 asked for: the float lhs stays float */
-            size_t nb = 0;
-            TU_OK(ember_qtensor_to_bytes(w, NULL, 0, &nb));
-            uint8_t *bytes = malloc(nb);
-            TU_OK(ember_qtensor_to_bytes(w, bytes, nb, &nb));
             float *xs = malloc((size_t)(m * k) * 4);
             TU_OK(ember_tensor_read(xd, xs, (size_t)(m * k) * 4));
-            ember_tensor *wd = NULL, *xdd = NULL, *y3 = NULL;
-            TU_OK(ember_qtensor_from_bytes(cd, TU_CPU, &s, 2, (int64_t[]){k, n}, bytes, nb, &wd));
+            ember_tensor *wd = weights_in(cd, w, &s, k, n), *xdd = NULL, *y3 = NULL;
             TU_OK(ember_tensor_from_data(cd, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &xdd));
             TU_OK(ember_q_matmul(xdd, wd, &y3));
             TU_OK(ember_tensor_read(y3, o1, (size_t)(m * n) * 4));
             CU_ASSERT(memcmp(o1, o2, (size_t)(m * n) * 4) == 0);
             compared++;
-            free(bytes);
             free(xs);
             free(o1);
             free(o2);
@@ -1503,27 +1506,7 @@ static void test_fq_fused(void) {
             CU_ASSERT_FALSE(packed(w));
             free(ref);
             ember_tensor_free(y);
-            /* one-hot rows: row i picks weight row (i * 7) % k, which must come back exactly */
-            float *oh = calloc((size_t)(m * k), sizeof(float)), *out = malloc((size_t)(m * n) * 4);
-            for (int64_t i = 0; i < m; i++)
-                oh[i * k + (i * 7) % k] = 1.0f;
-            ember_tensor *xo = NULL, *dw = NULL;
-            TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, oh, &xo));
-            TU_OK(ember_q_matmul(xo, w, &y));
-            TU_OK(ember_dequantize(w, &dw));
-            float *dq = malloc((size_t)(k * n) * 4);
-            TU_OK(ember_tensor_read(dw, dq, (size_t)(k * n) * 4));
-            TU_OK(ember_tensor_read(y, out, (size_t)(m * n) * 4));
-            int same = 1;
-            for (int64_t i = 0; i < m && same; i++)
-                same = memcmp(out + i * n, dq + ((i * 7) % k) * n, (size_t)n * 4) == 0;
-            CU_ASSERT(same);
-            free(oh);
-            free(out);
-            free(dq);
-            ember_tensor_free(xo);
-            ember_tensor_free(dw);
-            ember_tensor_free(y);
+            CU_ASSERT(onehot_rows_exact(ctx, w, m, k, n));
             ember_tensor_free(x);
             ember_tensor_free(w);
         }

@@ -23,6 +23,26 @@
 #define FQ2_PF 16
 #define FQ2_PF2 64
 
+/* the effective scale at index i of the job's scales (the value ember_dequantize uses) */
+static inline __attribute__((always_inline)) float scale_at(const ember__fq_job *jb, int64_t i) {
+    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
+    const uint8_t *p = (const uint8_t *)jb->sc + (size_t)i * es;
+    float v;
+    if (jb->sd == EMBER_SCALE_F32) {
+        memcpy(&v, p, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        if (jb->sd == EMBER_SCALE_F16) {
+            v = _cvtsh_ss(h);
+        } else { /* bf16: the upper half of an f32 */
+            const uint32_t u = (uint32_t)h << 16;
+            memcpy(&v, &u, 4);
+        }
+    }
+    return jb->two_level ? jb->glob * v : v;
+}
+
 /* Where scales32 finds a strip's scales, made once per strip: the offset of each 8 columns' scale
  * within a block row (bn > 1: blocks of bn columns, a multiple of 16, or all the columns), the
  * prefetch's span (fq_matmul.h) */
@@ -60,22 +80,8 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
             }
             /* 0 only where all 16 columns lie past n: in values32's split order each group of 8
              * holds even or odd columns from all 16 */
-            if (8 * t < nv) {
-                const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + ss->off[t]) * es;
-                if (jb->sd == EMBER_SCALE_F32) {
-                    memcpy(&v, p, 4);
-                } else {
-                    uint16_t h;
-                    memcpy(&h, p, 2);
-                    if (jb->sd == EMBER_SCALE_F16) {
-                        v = _cvtsh_ss(h);
-                    } else { /* bf16: the upper half of an f32 */
-                        const uint32_t u = (uint32_t)h << 16;
-                        memcpy(&v, &u, 4);
-                    }
-                }
-                v = jb->two_level ? jb->glob * v : v;
-            }
+            if (8 * t < nv)
+                v = scale_at(jb, e0 + ss->off[t]);
             sb[t] = v;
         }
         return;
@@ -102,21 +108,7 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
             sb[t] = 0.0f;
             continue;
         }
-        const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + j + t) * es;
-        float v;
-        if (jb->sd == EMBER_SCALE_F32) {
-            memcpy(&v, p, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, p, 2);
-            if (jb->sd == EMBER_SCALE_F16) {
-                v = _cvtsh_ss(h);
-            } else { /* bf16: the upper half of an f32 */
-                const uint32_t u = (uint32_t)h << 16;
-                memcpy(&v, &u, 4);
-            }
-        }
-        sb[t] = jb->two_level ? jb->glob * v : v;
+        sb[t] = scale_at(jb, e0 + j + t);
     }
 }
 
@@ -209,38 +201,61 @@ static inline __attribute__((always_inline)) void interleave32(__m256 c[4]) {
     }
 }
 
+/* A walk over the K rows of a 32-column strip, in order: the current scale block's scales and
+ * the strip's scale offsets (pass() and strip_many() both make the weights through it) */
+typedef struct strip_walk {
+    float sb[32] __attribute__((aligned(32)));
+    strip_sc ss;
+    int64_t j, nv, kb, next;
+} strip_walk;
+
+static inline __attribute__((always_inline)) void walk_init(const ember__fq_job *jb, int64_t j,
+                                                            int64_t nv, strip_walk *sw) {
+    strip_sc_init(jb, j, &sw->ss);
+    sw->j = j;
+    sw->nv = nv;
+    sw->kb = -1;
+    sw->next = 0;
+}
+
+/* K row kk's 32 dequantized weights (column order), the rows ahead fetched (into L2 with pf_l2) */
+static inline __attribute__((always_inline)) void walk_row(const ember__fq_job *jb, strip_walk *sw,
+                                                           int64_t kk, const int bits, int pf_l2,
+                                                           __m256 w[4]) {
+    const int64_t k = jb->k, ldb = jb->ldb;
+    if (kk == sw->next) { /* a new scale block along K */
+        sw->kb++;
+        sw->next += jb->bk;
+        scales32(jb, sw->kb, sw->j, sw->nv, sw->sb, &sw->ss);
+    }
+    const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? sw->j : sw->j / 2);
+    if (kk + FQ2_PF < k)
+        _mm_prefetch((const char *)(q + FQ2_PF * ldb), _MM_HINT_T0);
+    if (pf_l2 && kk + FQ2_PF2 < k)
+        _mm_prefetch((const char *)(q + FQ2_PF2 * ldb), _MM_HINT_T1);
+    __m256 v[4];
+    values32(q, bits, sw->nv, v, 0);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+        w[t] = _mm256_mul_ps(scale8(jb, sw->sb, t), v[t]);
+}
+
 /* rows [i0, i0 + R) (R <= 3) x columns [j, j + 32) (nv of them valid), the whole K */
 static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, int64_t i0,
                                                        const int R, int64_t j, int64_t nv,
                                                        const int bits, int pf_l2) {
-    const int64_t k = jb->k, ldb = jb->ldb;
-    float sb[32] __attribute__((aligned(32)));
-    strip_sc ss;
-    strip_sc_init(jb, j, &ss);
+    const int64_t k = jb->k;
+    strip_walk sw;
+    walk_init(jb, j, nv, &sw);
     __m256 c[3][4];
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
             c[r][t] = _mm256_setzero_ps();
-    int64_t kb = -1, next = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-        if (kk == next) { /* a new scale block along K */
-            kb++;
-            next += jb->bk;
-            scales32(jb, kb, j, nv, sb, &ss);
-        }
-        const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
-        if (kk + FQ2_PF < k)
-            _mm_prefetch((const char *)(q + FQ2_PF * ldb), _MM_HINT_T0);
-        if (pf_l2 && kk + FQ2_PF2 < k)
-            _mm_prefetch((const char *)(q + FQ2_PF2 * ldb), _MM_HINT_T1);
-        __m256 v[4];
-        values32(q, bits, nv, v, 0);
         __m256 w[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            w[t] = _mm256_mul_ps(scale8(jb, sb, t), v[t]);
+        walk_row(jb, &sw, kk, bits, pf_l2, w);
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) {
             const __m256 x = _mm256_set1_ps(jb->a[(i0 + r) * k + kk]);
@@ -351,33 +366,20 @@ static inline __attribute__((always_inline)) void group_wbuf(const ember__fq_job
 /* every row (more than FQ2_MANY) x columns [j, j + 32) (nv of them valid), the whole K */
 static inline __attribute__((always_inline)) void strip_many(const ember__fq_job *jb, int64_t j,
                                                              int64_t nv, const int bits) {
-    const int64_t k = jb->k, ldb = jb->ldb, m = jb->m;
-    float sb[32] __attribute__((aligned(32)));
+    const int64_t k = jb->k, m = jb->m;
     float acc[EMBER__FQ_MAX_ROWS * 32] __attribute__((aligned(32)));
     float wbuf[FQ2_KC * 32] __attribute__((aligned(32)));
-    strip_sc ss;
-    strip_sc_init(jb, j, &ss);
+    strip_walk sw;
+    walk_init(jb, j, nv, &sw);
     memset(acc, 0, (size_t)m * 32 * sizeof(float));
-    int64_t kb = -1, next = 0;
     for (int64_t k0 = 0; k0 < k; k0 += FQ2_KC) {
         const int64_t nk = k - k0 < FQ2_KC ? k - k0 : FQ2_KC;
         for (int64_t kk = k0; kk < k0 + nk; kk++) { /* the chunk's weights, as pass() makes them */
-            if (kk == next) {
-                kb++;
-                next += jb->bk;
-                scales32(jb, kb, j, nv, sb, &ss);
-            }
-            const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j : j / 2);
-            if (kk + FQ2_PF < k)
-                _mm_prefetch((const char *)(q + FQ2_PF * ldb), _MM_HINT_T0);
-            if (kk + FQ2_PF2 < k)
-                _mm_prefetch((const char *)(q + FQ2_PF2 * ldb), _MM_HINT_T1);
-            __m256 v[4];
-            values32(q, bits, nv, v, 0);
+            __m256 w[4];
+            walk_row(jb, &sw, kk, bits, 1, w);
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
-                _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t,
-                                _mm256_mul_ps(scale8(jb, sb, t), v[t]));
+                _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t, w[t]);
         }
         for (int64_t i0 = 0; i0 < m; i0 += 3) {
             switch (m - i0 >= 3 ? 3 : (int)(m - i0)) {

@@ -76,10 +76,14 @@ static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job
 /* the effective scale at index i of the job's scales, in every lane (the value scales16 gives) */
 static inline __attribute__((always_inline)) __m512 scale1(const ember__fq_job *jb, int64_t i) {
     __m512 t;
+    /* the scales follow the values in the tensor's bytes: they may sit off their alignment */
     if (jb->sd == EMBER_SCALE_F32) {
-        t = _mm512_set1_ps(((const float *)jb->sc)[i]);
+        float f;
+        __builtin_memcpy(&f, (const uint8_t *)jb->sc + (size_t)i * 4, 4);
+        t = _mm512_set1_ps(f);
     } else {
-        const uint16_t h = ((const uint16_t *)jb->sc)[i];
+        uint16_t h;
+        __builtin_memcpy(&h, (const uint8_t *)jb->sc + (size_t)i * 2, 2);
         if (jb->sd == EMBER_SCALE_F16) {
             t = _mm512_set1_ps(_cvtsh_ss(h));
         } else {
