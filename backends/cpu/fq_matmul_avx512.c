@@ -107,7 +107,9 @@ static inline __attribute__((always_inline)) void scales(const ember__fq_job *jb
     if (jb->bn != 1) {
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            s[t] = mk[t] ? scale1(jb, e0 + off[t]) : _mm512_setzero_ps();
+            s[t] = !mk[t] ? _mm512_setzero_ps()
+                   : t % 2 && off[t] == off[t - 1] ? s[t - 1] /* 32 columns, one block */
+                                                   : scale1(jb, e0 + off[t]);
         return;
     }
 #pragma GCC unroll 4
@@ -137,7 +139,9 @@ typedef struct wpass {
 static inline __attribute__((always_inline)) void wpass_scales(wpass *w) {
     scales(w->jb, w->kb, w->j, w->mk, w->off, w->s);
     ember__fq_scales_prefetch(w->jb, w->kb, w->s0, w->s1);
-    if (w->jb->bits == 4) { /* in nib32's order */
+    /* in nib32's order; a scale per 32 columns or more is the same in either order (and columns
+     * past n, 0, stay 0 either way: their values are 0 too) */
+    if (w->jb->bits == 4 && (w->jb->bn == 1 || w->jb->bn % 32)) {
         deinterleave(w->s[0], w->s[1], &w->s[0], &w->s[1]);
         deinterleave(w->s[2], w->s[3], &w->s[2], &w->s[3]);
     }
