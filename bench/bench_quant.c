@@ -11,6 +11,8 @@
  *   kernel the backend entry into an output allocated (and touched) once.
  * The ratio column is t_memcpy(warm) / t_op for every row (conservative for api rows, which pay
  * the first touch of their output as the fresh memcpy does, but spread over the threads).
+ * Schemes: per tensor; blocks of 32 along the rows ([32], burn's per_block([32])); blocks of 32
+ * down the columns ([32, 1], a [k, n] weight's blocks along K, a scale per value of a row).
  * Usage: bench_quant [reps] [--scalar]  (default 15; --scalar forces the scalar kernel tier). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,11 +91,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "from_data: %s\n", ember_last_error());
         return 1;
     }
-    const int64_t b32[] = {32};
-    bcase cases[3] = {
+    const int64_t b32[] = {32}, b32k[] = {32, 1}; /* blocks along rows, or down columns */
+    enum { NCASES = 5 };
+    bcase cases[NCASES] = {
         {"Q8S per-tensor", ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE)},
         {"Q8S block 32", ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, b32)},
         {"Q4S u32 block 32", ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, b32)},
+        {"Q8S block [32,1]", ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, b32k)},
+        {"Q4S u32 [32,1]", ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 2, b32k)},
     };
     const ember_backend_ops *ops = ctx->be[EMBER_BACKEND_CPU].ops;
     void *state = ctx->be[EMBER_BACKEND_CPU].state;
@@ -104,7 +109,7 @@ int main(int argc, char **argv) {
            "op ms", "f32 GB/s", "trafGB/s", "warm ms", "GB/s", "fresh ms", "GB/s", "ratio");
     double *t_op = malloc((size_t)reps * sizeof *t_op), *t_mc = malloc((size_t)reps * sizeof *t_mc);
     double *t_mf = malloc((size_t)reps * sizeof *t_mf);
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < NCASES; c++) {
         ember_tensor *qk = NULL, *fk = NULL;
         size_t nb;
         if (ember__qtensor_alloc(ctx, cpu, &cases[c].s, 2, shape, &qk) != EMBER_OK ||
