@@ -352,6 +352,18 @@ static void test_kernels_direct(void) {
         sc->amax_blocks(x, len, bl, m2);
         size_t nb = bl ? (len + bl - 1) / bl : 1;
         CU_ASSERT_EQUAL(memcmp(m1, m2, nb * sizeof m1[0]), 0);
+        /* a column maximum over two rows: from random maxima, then x's magnitudes */
+        for (size_t i = 0; i < len; i++)
+            m1[i] = m2[i] = (uint32_t)(tu_next(&rng) % 0x40000000u);
+        best->amax_acc(x, len, m1);
+        sc->amax_acc(x, len, m2);
+        CU_ASSERT_EQUAL(memcmp(m1, m2, len * sizeof m1[0]), 0);
+        for (size_t i = 0; i < len; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], 4);
+            b &= 0x7fffffffu;
+            CU_ASSERT_FATAL(m2[i] >= b);
+        }
         best->quant_int_blocks(x, len, bl, e, -127, 127, q1);
         sc->quant_int_blocks(x, len, bl, e, -127, 127, q2);
         CU_ASSERT_EQUAL(memcmp(q1, q2, len), 0);

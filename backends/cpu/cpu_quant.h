@@ -17,6 +17,9 @@ typedef struct ember__cpu_qkern {
      * all len values. m[k] = max over block k of (f32 bits & 0x7fffffff): as an unsigned integer
      * this orders like |x|, and >= 0x7f800000 means a NaN or Inf was seen. */
     void (*amax_blocks)(const float *x, size_t len, size_t bl, uint32_t *m);
+    /* acc[i] = max(acc[i], f32 bits of x[i] & 0x7fffffff): a column's maximum over rows ([b, 1]
+     * blocks) */
+    void (*amax_acc)(const float *x, size_t len, uint32_t *acc);
     /* Integer values: q[i] = clamp(roundf(x[i] / e[k]), lo, hi) for i in block k. */
     void (*quant_int_blocks)(const float *x, size_t len, size_t bl, const float *e, float lo,
                              float hi, int8_t *q);

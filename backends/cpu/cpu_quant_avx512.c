@@ -47,6 +47,22 @@ static void v_amax_blocks(const float *x, size_t len, size_t bl, uint32_t *m) {
         m[0] = 0;
 }
 
+static void v_amax_acc(const float *x, size_t len, uint32_t *acc) {
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    size_t p = 0;
+    for (; p + 16 <= len; p += 16)
+        _mm512_storeu_si512(acc + p,
+                            _mm512_max_epu32(_mm512_loadu_si512(acc + p),
+                                             _mm512_and_si512(_mm512_loadu_si512(x + p), absmask)));
+    if (p < len) {
+        const __mmask16 mk = tail_mask(len - p);
+        _mm512_mask_storeu_epi32(
+            acc + p, mk,
+            _mm512_max_epu32(_mm512_maskz_loadu_epi32(mk, acc + p),
+                             _mm512_and_si512(_mm512_maskz_loadu_epi32(mk, x + p), absmask)));
+    }
+}
+
 /* At -O0 the roundscale intrinsic is a macro whose internal casts trip -Wsign-conversion. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
@@ -230,6 +246,7 @@ static void v_unpack(const ember_qscheme *s, const uint8_t *src, size_t n, uint8
 const ember__cpu_qkern ember__cpu_qkern_avx512 = {
     .name = "avx512",
     .amax_blocks = v_amax_blocks,
+    .amax_acc = v_amax_acc,
     .quant_int_blocks = v_quant_int_blocks,
     .dequant_int_blocks = v_dequant_int_blocks,
     .pack = v_pack,
