@@ -847,11 +847,18 @@ static void test_first_call_policy(void) {
 static void test_q_matmul_batched(void) {
     ember_context *ctx = tu_cpu_context();
     ember_qscheme s = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    /* B in blocks of 32 down each column ([1, 32, 1] on a batch of matrices: each matrix's
+     * chunk scales are a run of the scale grid, which the pack reads in place) */
+    ember_qscheme sk =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){32, 1});
+    sk.block_scale = EMBER_SCALE_F16;
     const int64_t a3[3] = {3, 20, 70}, b2[2] = {70, 40}, a2[2] = {20, 70}, b3[3] = {3, 70, 40};
-    const int64_t *as[2] = {a3, a2}, *bs[2] = {b2, b3};
-    const int ar[2] = {3, 2}, br[2] = {2, 3};
-    for (int t = 0; t < 2; t++) {
-        ember_tensor *a = mk_q(ctx, &s, ar[t], as[t]), *b = mk_q(ctx, &s, br[t], bs[t]), *y = NULL;
+    const int64_t a3k[3] = {3, 20, 96}, b3k[3] = {3, 96, 40};
+    const int64_t *as[3] = {a3, a2, a3k}, *bs[3] = {b2, b3, b3k};
+    const int ar[3] = {3, 2, 3}, br[3] = {2, 3, 3};
+    for (int t = 0; t < 3; t++) {
+        ember_tensor *a = mk_q(ctx, &s, ar[t], as[t]),
+                     *b = mk_q(ctx, t == 2 ? &sk : &s, br[t], bs[t]), *y = NULL;
         int64_t cells;
         double *ref = reference(a, b, &cells);
         for (int call = 0; call < 2; call++) { /* a first call may run unpacked */
@@ -1331,8 +1338,8 @@ static void test_fq_col_blocks(void) {
                  {EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, 48, EMBER_SCALE_BF16},
                  {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 4, 64, EMBER_SCALE_F32},
                  {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32}};
-    const int64_t shapes[][3] = {{1, 64, 576}, {2, 96, 576}, {3, 96, 288}, {9, 160, 96},
-                                 {70, 64, 288}, {150, 608, 288}};
+    const int64_t shapes[][3] = {{1, 64, 576}, {2, 96, 576},  {3, 96, 288},
+                                 {9, 160, 96}, {70, 64, 288}, {150, 608, 288}};
     int cases = 0;
     for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -1427,7 +1434,8 @@ static void test_qq_col_blocks(void) {
             s.block_scale = EMBER_SCALE_F16;
             ember_qscheme sa = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
             ember_tensor *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f), *w = NULL;
-            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *xq = NULL, *xd = NULL;
+            ember_tensor *x = mk_f32(ctx, 2, (int64_t[]){m, k}, -1.0f, 1.0f), *xq = NULL,
+                         *xd = NULL;
             TU_OK(ember_quantize(wf, &s, &w));
             TU_OK(ember_quantize(x, &sa, &xq));
             TU_OK(ember_dequantize(xq, &xd));
@@ -2341,7 +2349,8 @@ int main(void) {
         {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
         {"(F,Q): the fused float path", test_fq_fused},
-        {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone", test_fq_row_blocks},
+        {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone",
+         test_fq_row_blocks},
         {"(F,Q) scale blocks along the columns ([1, 32], ...)", test_fq_col_blocks},
         {"(Q,Q) and W8A8 on [1, 32] weights: the fused path on A's floats", test_qq_col_blocks},
         {"(F,Q) the AVX2 kernel: the AVX-512 kernel's results", test_fq_avx2},

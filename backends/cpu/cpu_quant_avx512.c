@@ -23,8 +23,8 @@ static void v_amax_blocks(const float *x, size_t len, size_t bl, uint32_t *m) {
             _mm512_storeu_si512(m + p, _mm512_and_si512(_mm512_loadu_si512(x + p), absmask));
         if (p < len) {
             const __mmask16 mk = tail_mask(len - p);
-            _mm512_mask_storeu_epi32(m + p, mk,
-                                     _mm512_and_si512(_mm512_maskz_loadu_epi32(mk, x + p), absmask));
+            _mm512_mask_storeu_epi32(
+                m + p, mk, _mm512_and_si512(_mm512_maskz_loadu_epi32(mk, x + p), absmask));
         }
         return;
     }
@@ -98,16 +98,15 @@ static void v_quant_int_blocks(const float *x, size_t len, size_t bl, const floa
     if (bl == 1) { /* a scale per value */
         size_t p = 0;
         for (; p + 16 <= len; p += 16)
-            _mm_storeu_si128(
-                (__m128i *)(q + p),
-                _mm512_cvtepi32_epi8(
-                    quant16(_mm512_loadu_ps(x + p), _mm512_loadu_ps(e + p), vlo, vhi)));
+            _mm_storeu_si128((__m128i *)(q + p),
+                             _mm512_cvtepi32_epi8(quant16(_mm512_loadu_ps(x + p),
+                                                          _mm512_loadu_ps(e + p), vlo, vhi)));
         if (p < len) {
             /* lanes off: x 0 over e 1 (not 0 / 0), and nothing stored */
             const __mmask16 mk = tail_mask(len - p);
-            const __m512i r = quant16(_mm512_maskz_loadu_ps(mk, x + p),
-                                      _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), mk, e + p), vlo,
-                                      vhi);
+            const __m512i r =
+                quant16(_mm512_maskz_loadu_ps(mk, x + p),
+                        _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), mk, e + p), vlo, vhi);
             _mm512_mask_cvtepi32_storeu_epi8(q + p, mk, r);
         }
         return;
@@ -150,9 +149,9 @@ static void v_dequant_int_blocks(const int8_t *q, size_t len, size_t bl, const f
         if (p < len) {
             __mmask16 mk = tail_mask(len - p);
             __m512i v = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, q + p));
-            _mm512_mask_storeu_ps(out + p, mk,
-                                  _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, e + p),
-                                                _mm512_cvtepi32_ps(v)));
+            _mm512_mask_storeu_ps(
+                out + p, mk,
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, e + p), _mm512_cvtepi32_ps(v)));
         }
         return;
     }

@@ -60,7 +60,7 @@ typedef struct fq_run {
     int64_t col_tasks;
     int64_t row_blocks, block_rows; /* the lhs's rows in row_blocks blocks of block_rows (the
                                        last one shorter) */
-    int64_t sstride; /* scales of one [k, n] matrix */
+    int64_t sstride;                /* scales of one [k, n] matrix */
     void (*cols)(const ember__fq_job *, int64_t, int64_t);
 } fq_run;
 
@@ -169,8 +169,7 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
                                                       : 1e9;
     const int serial = ember__cpu_small_work(
         (double)g->batch * (double)m * (double)n * (double)k / rate, (double)k * (double)ldb);
-    ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks * r.row_blocks, fq_task,
-                            &r);
+    ember__cpu_parallel_for(serial ? NULL : s, g->batch * r.col_tasks * r.row_blocks, fq_task, &r);
     ember__free(eff);
     return EMBER_OK;
 }

@@ -50,8 +50,8 @@ typedef struct strip_sc {
     int64_t off[4], s0, s1;
 } strip_sc;
 
-static inline __attribute__((always_inline)) void strip_sc_init(const ember__fq_job *jb,
-                                                                int64_t j, strip_sc *ss) {
+static inline __attribute__((always_inline)) void strip_sc_init(const ember__fq_job *jb, int64_t j,
+                                                                strip_sc *ss) {
     for (int t = 0; t < 4; t++)
         ss->off[t] = jb->bn == 1 ? 0 : (j + 8 * t) / jb->bn;
     ember__fq_scale_span(jb, j, 32, &ss->s0, &ss->s1);
@@ -65,8 +65,8 @@ static inline __attribute__((always_inline)) void strip_sc_init(const ember__fq_
  * columns: each 8 lanes' scale broadcast (a block per K row, [1, 32], makes the scales at every K
  * row: lane by lane, with a division each, that took 25x the row's products). */
 static inline __attribute__((always_inline)) void scales32(const ember__fq_job *jb, int64_t kb,
-                                                            int64_t j, int64_t nv, float *sb,
-                                                            const strip_sc *ss) {
+                                                           int64_t j, int64_t nv, float *sb,
+                                                           const strip_sc *ss) {
     const int64_t e0 = kb * jb->nbn;
     ember__fq_scales_prefetch(jb, kb, ss->s0, ss->s1);
     const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
@@ -330,8 +330,8 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
             values32(q + (bits == 8 ? 32 : 16), bits, nv1, v, 1);
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
-                c[4 + t] = _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb + 32, t), v[t]),
-                                           c[4 + t]);
+                c[4 + t] =
+                    _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb + 32, t), v[t]), c[4 + t]);
         }
     }
     if (bits == 4) {

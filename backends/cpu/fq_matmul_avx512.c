@@ -107,7 +107,7 @@ static inline __attribute__((always_inline)) void scales(const ember__fq_job *jb
     if (jb->bn != 1) {
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            s[t] = !mk[t] ? _mm512_setzero_ps()
+            s[t] = !mk[t]                          ? _mm512_setzero_ps()
                    : t % 2 && off[t] == off[t - 1] ? s[t - 1] /* 32 columns, one block */
                                                    : scale1(jb, e0 + off[t]);
         return;
@@ -352,7 +352,8 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
 #pragma GCC unroll 2
                     for (int t = 0; t < 2; t++) {
                         const __m128i v = _mm_loadu_si128((const __m128i *)(q + 32 * h + 16 * t));
-                        const __m512 w = _mm512_mul_ps(sv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+                        const __m512 w =
+                            _mm512_mul_ps(sv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
                         c[2 * h + t] = _mm512_fmadd_ps(x, w, c[2 * h + t]);
                     }
                 }
