@@ -60,6 +60,32 @@ typedef struct ember__fq_job {
                     K rows the block row at least 16 K rows on */
 } ember__fq_job;
 
+#ifdef __F16C__
+#include <immintrin.h>
+#include <string.h>
+/* The effective scale at index i of the job's scales (ember_dequantize's e; sd is F32, F16 or
+ * BF16), for the SIMD kernels (built with F16C). The scales follow the values in the tensor's
+ * bytes, so they may sit off their alignment: read through memcpy. */
+static inline __attribute__((always_inline)) float ember__fq_scale(const ember__fq_job *jb,
+                                                                   int64_t i) {
+    const uint8_t *p = (const uint8_t *)jb->sc + (size_t)i * (jb->sd == EMBER_SCALE_F32 ? 4 : 2);
+    float v;
+    if (jb->sd == EMBER_SCALE_F32) {
+        memcpy(&v, p, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        if (jb->sd == EMBER_SCALE_F16) {
+            v = _cvtsh_ss(h);
+        } else { /* bf16: the upper half of an f32 */
+            const uint32_t u = (uint32_t)h << 16;
+            memcpy(&v, &u, 4);
+        }
+    }
+    return jb->two_level ? jb->glob * v : v;
+}
+#endif
+
 /* The scales of columns [j, j + ncols) (those below n) within a block row: offsets *s0..*s1
  * (*s1 < *s0 when there are none). Callers take it once per pass: a division per column block. */
 static inline void ember__fq_scale_span(const ember__fq_job *jb, int64_t j, int64_t ncols,

@@ -23,26 +23,6 @@
 #define FQ2_PF 16
 #define FQ2_PF2 64
 
-/* the effective scale at index i of the job's scales (the value ember_dequantize uses) */
-static inline __attribute__((always_inline)) float scale_at(const ember__fq_job *jb, int64_t i) {
-    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
-    const uint8_t *p = (const uint8_t *)jb->sc + (size_t)i * es;
-    float v;
-    if (jb->sd == EMBER_SCALE_F32) {
-        memcpy(&v, p, 4);
-    } else {
-        uint16_t h;
-        memcpy(&h, p, 2);
-        if (jb->sd == EMBER_SCALE_F16) {
-            v = _cvtsh_ss(h);
-        } else { /* bf16: the upper half of an f32 */
-            const uint32_t u = (uint32_t)h << 16;
-            memcpy(&v, &u, 4);
-        }
-    }
-    return jb->two_level ? jb->glob * v : v;
-}
-
 /* Where scales32 finds a strip's scales, made once per strip: the offset of each 8 columns' scale
  * within a block row (bn > 1: blocks of bn columns, a multiple of 16, or all the columns), the
  * prefetch's span (fq_matmul.h) */
@@ -55,6 +35,16 @@ static inline __attribute__((always_inline)) void strip_sc_init(const ember__fq_
     for (int t = 0; t < 4; t++)
         ss->off[t] = jb->bn == 1 ? 0 : (j + 8 * t) / jb->bn;
     ember__fq_scale_span(jb, j, 32, &ss->s0, &ss->s1);
+}
+
+/* Blocks of columns (bn > 1: a multiple of 16, or all the columns): the scales of a strip's 32
+ * columns, one per 8 lanes (one per 16), in sb[0..3] for scale8 to broadcast; in values32's split
+ * order too. 0 only where all 16 columns lie past n (nv valid): in the split order each group of
+ * 8 holds even or odd columns from all 16. */
+static inline __attribute__((always_inline)) void
+block_scales4(const ember__fq_job *jb, int64_t e0, int64_t nv, const strip_sc *ss, float *sb) {
+    for (int t = 0; t < 4; t += 2)
+        sb[t] = sb[t + 1] = 8 * t < nv ? ember__fq_scale(jb, e0 + ss->off[t]) : 0.0f;
 }
 
 /* the scales of columns [j, j + 32) for scale-block row kb (lanes past n: 0), into sb; the next
@@ -70,20 +60,8 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
     const int64_t e0 = kb * jb->nbn;
     ember__fq_scales_prefetch(jb, kb, ss->s0, ss->s1);
     const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
-    if (jb->bn != 1) { /* one scale per 8 lanes (per 16: bn is a multiple of 16 or >= n), in
-                          sb[0..3], to broadcast (scale8): in values32's split order too */
-        for (int t = 0; t < 4; t++) {
-            float v = 0.0f;
-            if (t % 2) { /* lanes 8-15 of a 16: the same block as lanes 0-7 */
-                sb[t] = sb[t - 1];
-                continue;
-            }
-            /* 0 only where all 16 columns lie past n: in values32's split order each group of 8
-             * holds even or odd columns from all 16 */
-            if (8 * t < nv)
-                v = scale_at(jb, e0 + ss->off[t]);
-            sb[t] = v;
-        }
+    if (jb->bn != 1) {
+        block_scales4(jb, e0, nv, ss, sb);
         return;
     }
     if (nv >= 32) { /* a scale per column, 32 of them: eight at a time */
@@ -108,7 +86,7 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
             sb[t] = 0.0f;
             continue;
         }
-        sb[t] = scale_at(jb, e0 + j + t);
+        sb[t] = ember__fq_scale(jb, e0 + j + t);
     }
 }
 
@@ -287,29 +265,21 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
     strip_sc_init(jb, j + 32, &ss1);
     const int64_t s1 = nv1 > 0 ? ss1.s1 : ss0.s1; /* the pass's last scale, for the prefetch */
     for (int64_t kk = 0; kk < k; kk++) {
-        if (kk == next && jb->bn != 1) {
-            /* blocks of columns (burn's per_block([32]) on a [d_in, d_out] weight: a block per K
-             * row): a scale per 16 columns, read straight into scale8's places. Zen 5 capped at
-             * avx2, 2 threads, 1 x 4096 x 11008 Q4S [1, 32]: through scales32 5.0-6.3 ms, this
-             * way 3.2-3.4 ([32, 1]: 1.8). The same scales, so the same products. */
+        if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
-            const int64_t e0 = kb * jb->nbn;
-            ember__fq_scales_prefetch(jb, kb, ss0.s0, s1);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const strip_sc *ss = h ? &ss1 : &ss0;
-                const int64_t nvh = h ? nv1 : nv0;
-                sb[32 * h] = sb[32 * h + 1] = nvh > 0 ? scale_at(jb, e0 + ss->off[0]) : 0.0f;
-                sb[32 * h + 2] = sb[32 * h + 3] = nvh > 16 ? scale_at(jb, e0 + ss->off[2]) : 0.0f;
-            }
-        } else if (kk == next) { /* a new scale block along K */
-            kb++;
-            next += jb->bk;
-            scales32(jb, kb, j, nv0, sb, &ss0);
-            scales32(jb, kb, j + 32, nv1, sb + 32, &ss1);
-            if (bits == 4) {
-                if (jb->bn == 1) { /* blocks of columns: the same in either order */
+            if (jb->bn != 1) {
+                /* blocks of columns (burn's per_block([32]) on a [d_in, d_out] weight: a block per
+                 * K row): one prefetch for the pass, then each strip's scales straight into
+                 * scale8's places. Zen 5 capped at avx2, 2 threads, 1 x 4096 x 11008 Q4S [1, 32]:
+                 * through scales32 5.0-6.3 ms, this way 3.2-3.4 ([32, 1]: 1.8). */
+                ember__fq_scales_prefetch(jb, kb, ss0.s0, s1);
+                block_scales4(jb, kb * jb->nbn, nv0, &ss0, sb);
+                block_scales4(jb, kb * jb->nbn, nv1, &ss1, sb + 32);
+            } else {
+                scales32(jb, kb, j, nv0, sb, &ss0);
+                scales32(jb, kb, j + 32, nv1, sb + 32, &ss1);
+                if (bits == 4) { /* in values32's split order */
                     evens_odds32(sb);
                     evens_odds32(sb + 32);
                 }

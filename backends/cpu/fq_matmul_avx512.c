@@ -73,29 +73,6 @@ static inline __attribute__((always_inline)) __m512 scales16(const ember__fq_job
     return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
 }
 
-/* the effective scale at index i of the job's scales, in every lane (the value scales16 gives) */
-static inline __attribute__((always_inline)) __m512 scale1(const ember__fq_job *jb, int64_t i) {
-    __m512 t;
-    /* the scales follow the values in the tensor's bytes: they may sit off their alignment */
-    if (jb->sd == EMBER_SCALE_F32) {
-        float f;
-        __builtin_memcpy(&f, (const uint8_t *)jb->sc + (size_t)i * 4, 4);
-        t = _mm512_set1_ps(f);
-    } else {
-        uint16_t h;
-        __builtin_memcpy(&h, (const uint8_t *)jb->sc + (size_t)i * 2, 2);
-        if (jb->sd == EMBER_SCALE_F16) {
-            t = _mm512_set1_ps(_cvtsh_ss(h));
-        } else {
-            const uint32_t u = (uint32_t)h << 16;
-            float f;
-            __builtin_memcpy(&f, &u, 4);
-            t = _mm512_set1_ps(f);
-        }
-    }
-    return jb->two_level ? _mm512_mul_ps(_mm512_set1_ps(jb->glob), t) : t;
-}
-
 /* the scales of columns [j, j + 64) for scale-block row kb: a scale per column, or (bn > 1)
  * blocks of bn columns whose scale is the same in each 16 lanes (bn a multiple of 16, or all the
  * columns): off[t], the offset of columns j + 16t's scale within the block row (ember__fq_offs16),
@@ -107,9 +84,10 @@ static inline __attribute__((always_inline)) void scales(const ember__fq_job *jb
     if (jb->bn != 1) {
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            s[t] = !mk[t]                          ? _mm512_setzero_ps()
-                   : t % 2 && off[t] == off[t - 1] ? s[t - 1] /* 32 columns, one block */
-                                                   : scale1(jb, e0 + off[t]);
+            s[t] = !mk[t] ? _mm512_setzero_ps()
+                   : t % 2 && off[t] == off[t - 1]
+                       ? s[t - 1] /* 32 columns, one block */
+                       : _mm512_set1_ps(ember__fq_scale(jb, e0 + off[t]));
         return;
     }
 #pragma GCC unroll 4
@@ -303,14 +281,10 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
     ember__fq_scale_span(jb, j0, 256, &s0, &s1);
     int64_t kb = -1, next = 0;
     for (int64_t kk = 0; kk < k; kk++) {
-        if (kk == next && colblk) {
+        if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
-            ember__fq_scales_prefetch(jb, kb, s0, s1);
-        } else if (kk == next) { /* a new scale block along K */
-            kb++;
-            next += jb->bk;
-            for (int g = 0; g < 4; g++) {
+            for (int g = 0; g < 4 && !colblk; g++) { /* colblk: read as the rows are taken */
                 __m512 sg[4];
                 scales(jb, kb, j0 + 64 * g, all, off + 4 * g, sg);
                 if (bits == 4) /* in nib32's order */
@@ -342,7 +316,7 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
             const int64_t e0 = kb * jb->nbn;
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) {
-                const __m512 sv = scale1(jb, e0 + off[2 * h]);
+                const __m512 sv = _mm512_set1_ps(ember__fq_scale(jb, e0 + off[2 * h]));
                 if (bits == 4) { /* both halves of nib32's order take the one scale */
                     __m512 ev, od;
                     nib32(q + 16 * h, 0xffff, tab, &ev, &od);
