@@ -173,8 +173,8 @@ static void test_not_quantized(void) {
 
 static void test_non_finite(void) {
     const float bad_vals[] = {NAN, INFINITY, -INFINITY};
-    const int64_t b5[] = {5}, b15[] = {1, 5}, rect[] = {2, 5};
-    ember_qscheme schemes[5];
+    const int64_t b5[] = {5}, b15[] = {1, 5}, rect[] = {2, 5}, col[] = {2, 1};
+    ember_qscheme schemes[6];
     schemes[0] = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     schemes[1] = ember_qscheme_per_block(EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, b5); /* fused */
     schemes[2] = ember_qscheme_per_block(EMBER_Q8F, EMBER_QSTORE_NATIVE, 2, rect);   /* generic */
@@ -182,8 +182,9 @@ static void test_non_finite(void) {
     schemes[3].block_scale = EMBER_SCALE_UE4M3;
     schemes[3].tensor_level = 1; /* two-level */
     schemes[4] = ember_qscheme_per_tensor(EMBER_E4M3, EMBER_QSTORE_PACKED_U32);
+    schemes[5] = ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, col); /* block rows */
     for (int b = 0; b < 3; b++)
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
             for (int pos = 0; pos < 10; pos += 7) {
                 float d[10];
                 memcpy(d, xdata, sizeof d);

@@ -335,6 +335,23 @@ static void task_quant(void *arg, int64_t task, int thread) {
     }
 }
 
+/* The one-level scales of nb blocks from block b0, from their maxima m (f32 bits of |x|): stored
+ * (ember__scale_store_one of the raw scale, as pass (2) makes them) and into e as the values'
+ * divisors. 0, with j->bad set, at a NaN or Inf. */
+static int scales_of_maxima(qjob *j, const uint32_t *m, size_t nb, size_t b0, float *e) {
+    for (size_t i = 0; i < nb; i++) {
+        if (m[i] >= NONFINITE_BITS) {
+            atomic_store(&j->bad, 1);
+            return 0;
+        }
+        const float raw = ember__raw_scale(ember__f32_from_bits(m[i]), j->vi);
+        const float t = ember__scale_store_one(raw, j->sd);
+        ember__scale_encode(t, j->sd, j->sbytes + (b0 + i) * j->ssz);
+        e[i] = t;
+    }
+    return 1;
+}
+
 /* The fused pass for one-level blocks along the last axis. */
 static void task_fused(void *arg, int64_t task, int thread) {
     (void)thread;
@@ -349,18 +366,9 @@ static void task_fused(void *arg, int64_t task, int thread) {
         const size_t gb = gbase(g, r);
         for (size_t c = c0; c < c1; c += g->sub) {
             const size_t len = c1 - c < g->sub ? c1 - c : g->sub;
-            const size_t nb = nblocks(g, len), b0 = gb + c / g->bl;
             j->k->amax_blocks(j->x + r * g->Lc + c, len, g->bl, m);
-            for (size_t i = 0; i < nb; i++) {
-                if (m[i] >= NONFINITE_BITS) {
-                    atomic_store(&j->bad, 1);
-                    return;
-                }
-                float raw = ember__raw_scale(ember__f32_from_bits(m[i]), j->vi);
-                float t = ember__scale_store_one(raw, j->sd);
-                ember__scale_encode(t, j->sd, j->sbytes + (b0 + i) * j->ssz);
-                e[i] = t;
-            }
+            if (!scales_of_maxima(j, m, nblocks(g, len), gb + c / g->bl, e))
+                return;
             quant_sub(j, r, c, len, e, tmp);
         }
     }
@@ -371,9 +379,8 @@ static void task_fused(void *arg, int64_t task, int thread) {
  * then the values, the rows still in L2. The three passes (maxima through atomics, scales, values)
  * read the input from memory twice. Measured (Zen 5, 2 threads, bench_quant, 64 MiB [4096, 4096]
  * in [32, 1] blocks, kernel path): quantize 25.1 -> 6.4-7.5 ms ([32]: 3.4-4.2); 4096 x 11008,
- * public API: 66-72 -> 16-21 ms. The same bytes: the scales are the one-level path's
- * (ember__scale_store_one of the raw scale, as pass (2) makes them) and the values divide by them
- * as pass (3) does. */
+ * public API: 66-72 -> 16-21 ms. The same bytes: the scales are task_fused's (scales_of_maxima)
+ * and the values divide by them as pass (3) does. */
 static void task_fused_cols(void *arg, int64_t task, int thread) {
     (void)thread;
     qjob *j = arg;
@@ -391,16 +398,8 @@ static void task_fused_cols(void *arg, int64_t task, int thread) {
             memset(acc, 0, len * sizeof acc[0]);
             for (size_t rr = r; rr < r + br; rr++)
                 j->k->amax_acc(j->x + rr * g->Lc + c, len, acc);
-            for (size_t i = 0; i < len; i++) {
-                if (acc[i] >= NONFINITE_BITS) {
-                    atomic_store(&j->bad, 1);
-                    return;
-                }
-                const float raw = ember__raw_scale(ember__f32_from_bits(acc[i]), j->vi);
-                const float t = ember__scale_store_one(raw, j->sd);
-                ember__scale_encode(t, j->sd, j->sbytes + (gb + c + i) * j->ssz);
-                e[i] = t;
-            }
+            if (!scales_of_maxima(j, acc, len, gb + c, e))
+                return;
             for (size_t rr = r; rr < r + br; rr++)
                 quant_sub(j, rr, c, len, e, tmp);
         }
@@ -417,8 +416,7 @@ static int fused_cols_ok(const qjob *j, const ember_tensor *q) {
         if (q->q.block_full[d] != 1)
             return 0;
     const size_t br = (size_t)q->q.block_full[q->rank - 2];
-    return br == (size_t)g->blk[q->rank - 2] && (size_t)q->shape[q->rank - 2] % br == 0 &&
-           g->rpt % br == 0;
+    return (size_t)q->shape[q->rank - 2] % br == 0 && g->rpt % br == 0;
 }
 
 /* Pass (2), dynamic with blocks: raw scales from the block maxima. */
