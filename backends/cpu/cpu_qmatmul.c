@@ -157,22 +157,21 @@ static ember_status pack_qb(ember__cpu_state *s, const ember_tensor *b, const fl
     /* a chunk's first row holds its scales; along a row, the block index grows by one every
      * block_full[last] columns (the grid's last axis has stride 1) */
     const int64_t bl = b->q.grid_rank == b->rank ? b->q.block_full[b->rank - 1] : 0;
-    size_t base[2] = {0, 0};
-    for (int64_t c = 0; c < nch && c < 2; c++)
-        base[c] =
-            ember__block_of(&b->q, b->rank, b->shape, (size_t)(b_off + c * (kc ? kc : k) * n));
+    const int64_t krows = kc ? kc : k; /* a chunk's K rows */
+    const size_t base = ember__block_of(&b->q, b->rank, b->shape, (size_t)b_off);
     float *sb = NULL;
     const float *sbp;
-    if (bl == 1 && (nch == 1 || base[1] == base[0] + (size_t)n)) {
+    if (bl == 1 && (nch == 1 || ember__block_of(&b->q, b->rank, b->shape,
+                                                (size_t)(b_off + krows * n)) == base + (size_t)n)) {
         /* a scale per column and chunk, laid out as the chunks' rows: eff itself ([32, 1] blocks:
          * copying it cost 2.9 ms for 1.4 M scales) */
-        sbp = eff + base[0];
+        sbp = eff + base;
     } else {
         sb = ember__cpu_temp_get(s, (size_t)(nch * n) * sizeof(float));
         EMBER_FAIL_IF(!sb, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
         for (int64_t c = 0; c < nch; c++) {
             const size_t bc =
-                ember__block_of(&b->q, b->rank, b->shape, (size_t)(b_off + c * (kc ? kc : k) * n));
+                ember__block_of(&b->q, b->rank, b->shape, (size_t)(b_off + c * krows * n));
             for (int64_t j = 0; j < n; j++)
                 sb[c * n + j] = eff[bc + (bl ? (size_t)(j / bl) : 0)];
         }
