@@ -157,6 +157,7 @@ static void ember_f32_teardown(void *state) {
  *   fq.q4s_n32        F32 x Q4S weights with burn's per_block([32]) on their [k, n] layout (an F16
  *                     scale per 32 columns of each K row), through ember_q_matmul
  *   fq.q4s_n32_dequant the same by hand (dequantize, then ember_matmul) */
+#include "backends/cpu/fq_matmul.h"
 #include "bench_dnnl.h"
 #include "dispatch/internal.h"
 
@@ -203,13 +204,10 @@ static int q_setup_scheme(const problem *p, void **state, bench_row *row, const 
     ember_device_describe(p->ctx, cpu, &info);
     snprintf(row->backend, sizeof row->backend, "cpu");
     snprintf(row->device, sizeof row->device, "cpu:0");
-    if (mode == Q_FQ) /* the fused path takes any rows on AVX-512, 256 on AVX2, 64 without */
+    if (mode == Q_FQ) /* the fused path's row limit on this tier */
         snprintf(row->kernel, sizeof row->kernel, "%s %s", what,
-                 p->m <= 64 || strstr(info.int8_matmul_path, "avx512") ||
-                         strstr(info.int8_matmul_path, "amx") ||
-                         (p->m <= 256 && strstr(info.int8_matmul_path, "avx2"))
-                     ? "fused"
-                     : "dequant+sgemm");
+                 p->m <= ember__cpu_fq_max_rows(ember__cpu_state_of(p->ctx)) ? "fused"
+                                                                             : "dequant+sgemm");
     else
         snprintf(row->kernel, sizeof row->kernel, "%s%s", float_lhs ? "" : info.int8_matmul_path,
                  what);

@@ -8,6 +8,7 @@
  * ember_dequantize) and multiplied into f32 sums at once; the columns are split over the context's
  * threads in tasks of EMBER__FQ_TASK_COLS, the rows in blocks of at most EMBER__FQ_MAX_ROWS. The
  * weights are not packed: this path reads them as stored. */
+#include <stdint.h>
 #include <string.h>
 
 #include "../../quant/quant_impl.h"
@@ -82,6 +83,24 @@ static void fq_task(void *arg, int64_t t, int thread) {
     r->cols(&jb, ct * EMBER__FQ_TASK_COLS, (ct + 1) * EMBER__FQ_TASK_COLS);
 }
 
+typedef void (*fq_cols_fn)(const ember__fq_job *, int64_t, int64_t);
+
+/* the kernel of the state's tier */
+static fq_cols_fn fq_cols_for(const ember__cpu_state *s) {
+    const ember__qtier tier = ember__cpu_tier(s);
+    return tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512)
+               ? ember__fq_cols_avx512
+           : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2) ? ember__fq_cols_avx2
+                                                                              : ember__fq_cols_c;
+}
+
+int64_t ember__cpu_fq_max_rows(const ember__cpu_state *s) {
+    const fq_cols_fn cols = fq_cols_for(s);
+    return cols == ember__fq_cols_avx512 ? INT64_MAX
+           : cols == ember__fq_cols_avx2 ? EMBER__FQ_AVX2_MAX_ROWS
+                                         : EMBER__FQ_MAX_ROWS;
+}
+
 ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, const ember_tensor *a,
                                   const ember_tensor *b, ember_tensor *out) {
     const int64_t m = g->m, n = g->n, k = g->k;
@@ -106,14 +125,8 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
         if (bn != 1 && bn < n && bn % 16) /* the kernels take 16 columns' scales at once */
             return EMBER_ERR_QUANT_UNSUPPORTED;
     }
-    const ember__qtier tier = ember__cpu_tier(s);
-    void (*const cols)(const ember__fq_job *, int64_t, int64_t) =
-        tier >= EMBER__QT_AVX512 && ember__qtier_available(EMBER__QT_AVX512) ? ember__fq_cols_avx512
-        : tier >= EMBER__QT_AVX2 && ember__qtier_available(EMBER__QT_AVX2)   ? ember__fq_cols_avx2
-                                                                             : ember__fq_cols_c;
-    if (m > (cols == ember__fq_cols_avx512 ? m
-             : cols == ember__fq_cols_avx2 ? EMBER__FQ_AVX2_MAX_ROWS
-                                           : EMBER__FQ_MAX_ROWS))
+    const fq_cols_fn cols = fq_cols_for(s);
+    if (m > ember__cpu_fq_max_rows(s))
         return EMBER_ERR_QUANT_UNSUPPORTED; /* see EMBER__FQ_MAX_ROWS */
     /* the scales as stored where they are f32, f16 or bf16 (the global f32 scale of a two-level
      * scheme applied as ember_dequantize does); other formats decoded once per call */

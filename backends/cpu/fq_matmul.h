@@ -121,6 +121,10 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1);
 /* The same on AVX2 (any j0 multiple of 32): the AVX-512 kernel's results, bit for bit. */
 void ember__fq_cols_avx2(const ember__fq_job *jb, int64_t j0, int64_t j1);
 
+/* The most rows of the lhs the fused path takes on the state's tier (INT64_MAX on AVX-512,
+ * EMBER__FQ_AVX2_MAX_ROWS on AVX2, EMBER__FQ_MAX_ROWS on the portable kernel) */
+int64_t ember__cpu_fq_max_rows(const ember__cpu_state *s);
+
 /* The (F,Q) entry: EMBER_ERR_QUANT_UNSUPPORTED (nothing done) when the operands are not a float
  * F32 lhs (any rows on the AVX-512 kernel, at most EMBER__FQ_AVX2_MAX_ROWS on the AVX2 one and
  * EMBER__FQ_MAX_ROWS on the portable one) against 8-bit Native or 4-bit PackedU32 weights whose
