@@ -85,6 +85,7 @@ typedef struct peak_arg {
     const uint8_t *buf;
     size_t bytes;
     double ops;
+    double t0, t1; /* this thread's own start and end */
     pthread_barrier_t *bar;
 } peak_arg;
 
@@ -95,6 +96,7 @@ static void *peak_thread(void *p) {
     if (a->which == 4)
         bench_fill_bytes(l1, sizeof l1, 0x9e3779b97f4a7c15u ^ (uint64_t)(uintptr_t)a);
     pthread_barrier_wait(a->bar);
+    a->t0 = now();
     if (a->which == 4) {
         a->ops = ember__qpeak_amx_l1(a->iters, l1);
     } else if (a->which == 0) {
@@ -116,31 +118,41 @@ static void *peak_thread(void *p) {
         }
         a->ops = (double)a->bytes * (double)a->iters + (double)((s0 ^ s1 ^ s2 ^ s3) & 1);
     }
+    a->t1 = now();
     return NULL;
 }
 
-/* ops (or bytes) per second with nt threads */
+/* ops (or bytes) per second with nt threads, over the span from the first thread's start to the
+ * last one's end, as the threads read the clock themselves. Until 2026-12-01 the calling thread
+ * read it after the start barrier: with as many threads as vCPUs it often ran only when a
+ * worker's time slice ended, so the span came out short and the ceilings high (on the 2-vCPU
+ * Zen 5, two threads' VNNI peak read 1079-3379 GOPS in three runs against 864 for one thread,
+ * and the read bandwidth 83-1488 GB/s). */
 static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size_t bytes) {
     pthread_t th[8];
     peak_arg a[8];
     pthread_barrier_t bar;
-    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
+    pthread_barrier_init(&bar, NULL, (unsigned)nt);
     for (int t = 0; t < nt; t++) {
-        a[t] = (peak_arg){
-            which, iters, buf ? buf + (bytes / (size_t)nt) * (size_t)t : NULL, bytes / (size_t)nt,
-            0,     &bar};
+        a[t] = (peak_arg){which,
+                          iters,
+                          buf ? buf + (bytes / (size_t)nt) * (size_t)t : NULL,
+                          bytes / (size_t)nt,
+                          0,
+                          0,
+                          0,
+                          &bar};
         pthread_create(&th[t], NULL, peak_thread, &a[t]);
     }
-    pthread_barrier_wait(&bar);
-    double t0 = now();
-    double ops = 0;
+    double ops = 0, t0 = 0, t1 = 0;
     for (int t = 0; t < nt; t++) {
         pthread_join(th[t], NULL);
         ops += a[t].ops;
+        t0 = t == 0 || a[t].t0 < t0 ? a[t].t0 : t0;
+        t1 = t == 0 || a[t].t1 > t1 ? a[t].t1 : t1;
     }
-    double dt = now() - t0;
     pthread_barrier_destroy(&bar);
-    return ops / dt;
+    return ops / (t1 - t0);
 }
 
 /* A bandwidth probe's buffer on the pages ember's packed weights get: a mapping of its own on a
