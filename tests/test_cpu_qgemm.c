@@ -1337,9 +1337,12 @@ static void test_fq_col_blocks(void) {
                  {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 32, EMBER_SCALE_F16},
                  {EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, 48, EMBER_SCALE_BF16},
                  {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 4, 64, EMBER_SCALE_F32},
-                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32}};
-    const int64_t shapes[][3] = {{1, 64, 576}, {2, 96, 576},  {3, 96, 288},
-                                 {9, 160, 96}, {70, 64, 288}, {150, 608, 288}};
+                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32},
+                 /* blocks along K that K chunks (128 rows) do not hold whole */
+                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 3, 32, EMBER_SCALE_F16},
+                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 5, 16, EMBER_SCALE_F16}};
+    const int64_t shapes[][3] = {{1, 64, 576},  {2, 96, 576},    {3, 96, 288},  {9, 160, 96},
+                                 {70, 64, 288}, {150, 608, 288}, {1, 390, 576}, {5, 390, 576}};
     int cases = 0;
     for (size_t q = 0; q < sizeof kinds / sizeof kinds[0]; q++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

@@ -108,6 +108,9 @@ typedef struct wpass {
     const ember__fq_job *jb;
     int64_t j, kb, next;
     int64_t off[4], s0, s1; /* scales()'s offsets, the prefetch's span */
+    const float *cs; /* column blocks (col_fast): the strip's scales in the chunk's table, K row
+                        k0 first (col_scales), or NULL */
+    int64_t k0;
     const __mmask16 *mk;
     int full, pf_task;
     __mmask32 m4; /* 4-bit: the bytes of the valid columns */
@@ -127,10 +130,13 @@ static inline __attribute__((always_inline)) void wpass_scales(wpass *w) {
 
 static inline __attribute__((always_inline)) void wpass_init(wpass *w, const ember__fq_job *jb,
                                                              int64_t j, const __mmask16 mk[4],
-                                                             int full, int64_t k0, int pf_task) {
+                                                             int full, int64_t k0, int pf_task,
+                                                             const float *cs) {
     const int64_t nvb = (jb->n - j + 1) / 2;
     w->jb = jb;
     w->j = j;
+    w->cs = cs;
+    w->k0 = k0;
     w->mk = mk;
     w->full = full;
     w->pf_task = pf_task;
@@ -138,6 +144,8 @@ static inline __attribute__((always_inline)) void wpass_init(wpass *w, const emb
     w->kb = k0 / jb->bk;
     w->next = (w->kb + 1) * jb->bk;
     w->tab = nib_table();
+    if (cs)
+        return;
     offs16(jb, j, w->off);
     ember__fq_scale_span(jb, j, 64, &w->s0, &w->s1);
     wpass_scales(w);
@@ -150,7 +158,13 @@ static inline __attribute__((always_inline)) void wpass_step(wpass *w, int64_t k
                                                              __m512 out[4]) {
     const ember__fq_job *jb = w->jb;
     const int64_t k = jb->k, ldb = jb->ldb;
-    if (kk == w->next) {
+    if (w->cs) { /* a scale per 16 columns from the chunk's table; for 4-bit values the same for
+                    each 32 (col_fast: blocks divide the columns), so in nib32's order too */
+        const float *r = w->cs + (kk - w->k0) * 16;
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            w->s[t] = _mm512_set1_ps(r[t]);
+    } else if (kk == w->next) {
         w->kb++;
         w->next += jb->bk;
         wpass_scales(w);
@@ -177,12 +191,55 @@ static inline __attribute__((always_inline)) void wpass_step(wpass *w, int64_t k
     }
 }
 
+/* Scale blocks of columns (bn a multiple of 16 below n, 32 for 4-bit values: burn's
+ * per_block([32]) on a [d_in, d_out] weight, [1, 32]) take their scales from a table made once per
+ * K chunk and task (col_scales), where each K step started a scale block: the block's scales read
+ * one by one, converted, and the next block's fetched, at every K row. Zen 5, 2 threads, 4096 x
+ * 11008, Q4S [1, 32] with f16 scales, public API, best of 25, the build before and this one
+ * alternated three times: 4 rows 3.5-5.3 -> 2.0-3.3 ms ([32, 1]: 1.4-2.1), 16 rows 6.3-8.6 ->
+ * 5.6-7.1, 128 rows 33.3-41.6 -> 31.1-37.8, 1 row 1.01-1.38 -> 0.95-1.38; Q8S 4 rows 3.4-6.7 ->
+ * 2.2-3.1 (the machine's speed varied twofold within the session). */
+static inline int col_fast(const ember__fq_job *jb) {
+    return jb->bn > 1 && jb->bn < jb->n && jb->bn % (jb->bits == 4 ? 32 : 16) == 0;
+}
+
+/* For K rows [k0, k1) and the task's columns [j0, j1) (at most 256, j0 a multiple of 16):
+ * cs[(kk - k0) * 16 + u] = the effective scale of columns j0 + 16u onwards (0 for those past j1),
+ * the values ember__fq_scale gives. Per block row: its scales of the task (at most 16, consecutive)
+ * in one vector, spread to the 16-column groups by a permute. The scales of the block row 16 K
+ * rows on are fetched ahead (ember__fq_scales_prefetch). */
+static void col_scales(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
+                       float *cs) {
+    int64_t s0, s1;
+    ember__fq_scale_span(jb, j0, j1 - j0, &s0, &s1);
+    const __mmask16 ms = ember__tail_mask16(s1 - s0 + 1);
+    int32_t idx[16];
+    __mmask16 mu = 0;
+    for (int u = 0; u < 16; u++) {
+        const int64_t c = j0 + 16 * u;
+        idx[u] = c < j1 ? (int32_t)(c / jb->bn - s0) : 0;
+        mu |= (__mmask16)((c < j1) << u);
+    }
+    const __m512i vi = _mm512_loadu_si512(idx);
+    int64_t kb = k0 / jb->bk, next = k0;
+    __m512 row = _mm512_setzero_ps();
+    for (int64_t kk = k0; kk < k1; kk++) {
+        if (kk == next) {
+            row = _mm512_maskz_permutexvar_ps(mu, vi, scales16(jb, kb * jb->nbn + s0, ms));
+            ember__fq_scales_prefetch(jb, kb, s0, s1);
+            kb++;
+            next = kb * jb->bk;
+        }
+        _mm512_store_ps(cs + (kk - k0) * 16, row);
+    }
+}
+
 /* rows [i0, i0 + R) x columns [j, j + 64) over K steps [k0, k1), sums from and back to acc (row
  * stride EMBER__FQ_TASK_COLS); the weights of each step from wbuf (64 floats a step, from
  * dequant64) or, without it, dequantized here */
 static inline __attribute__((always_inline)) void
 group(const ember__fq_job *jb, int64_t i0, const int R, int64_t j, const __mmask16 mk[4], int full,
-      int64_t k0, int64_t k1, float *acc, int pf_task, const float *wbuf) {
+      int64_t k0, int64_t k1, float *acc, int pf_task, const float *wbuf, const float *cs) {
     const int64_t k = jb->k;
     __m512 c[4][4];
 #pragma GCC unroll 4
@@ -191,7 +248,7 @@ group(const ember__fq_job *jb, int64_t i0, const int R, int64_t j, const __mmask
         for (int t = 0; t < 4; t++)
             c[r][t] = _mm512_load_ps(acc + r * EMBER__FQ_TASK_COLS + 16 * t);
     wpass wp; /* made with wbuf too, unused then: GCC 12 saw it read uninitialized */
-    wpass_init(&wp, jb, j, mk, full, k0, pf_task);
+    wpass_init(&wp, jb, j, mk, full, k0, pf_task, cs);
     for (int64_t kk = k0; kk < k1; kk++) {
         __m512 w[4];
         if (wbuf) {
@@ -226,9 +283,9 @@ group(const ember__fq_job *jb, int64_t i0, const int R, int64_t j, const __mmask
  * 11008, 2 threads, 16 rows 7.0-8.2 -> 5.4-5.8 ms, 64 rows 22.9-24.9 -> 17.3-17.4 (Q8S per
  * tensor 20.1-22.3 -> 16.3-16.7). From 5 to 8 rows it read level. */
 static void dequant64(const ember__fq_job *jb, int64_t j, const __mmask16 mk[4], int full,
-                      int64_t k0, int64_t k1, int pf_task, float *wbuf) {
+                      int64_t k0, int64_t k1, int pf_task, float *wbuf, const float *cs) {
     wpass wp;
-    wpass_init(&wp, jb, j, mk, full, k0, pf_task);
+    wpass_init(&wp, jb, j, mk, full, k0, pf_task, cs);
     for (int64_t kk = k0; kk < k1; kk++) {
         __m512 w[4];
         if (jb->bits == 8)
@@ -269,11 +326,12 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
     for (int t = 0; t < 16; t++)
         c[t] = _mm512_setzero_ps();
     const __m512 tab = nib_table();
-    /* scale blocks of 32 columns or a multiple (burn's per_block([32]) on a [d_in, d_out] weight:
-     * one K row a block): each 32 columns' scale broadcast from the scales as the row is taken,
-     * where making the task's 256 scales into sb at every K row cost more than the row's products.
-     * The same scale values, so the same products. */
-    const int colblk = jb->bn % 32 == 0 && jb->bn < jb->n;
+    /* scale blocks of columns (col_fast): each 16 or 32 columns' scale broadcast from the chunk's
+     * table (col_scales) as the row is taken, where making the task's 256 scales into sb at
+     * every K row cost more than the row's products. The same scale values, so the same
+     * products. */
+    const int colblk = col_fast(jb);
+    float cs[FQ_KC * 16] __attribute__((aligned(64)));
     int64_t off[16], s0, s1; /* the offset of each 16 columns' scale within a block row (bn > 1),
                                 the prefetch's span: once per task, not per block */
     for (int g = 0; g < 4; g++)
@@ -284,7 +342,7 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
         if (kk == next) { /* a new scale block along K */
             kb++;
             next += jb->bk;
-            for (int g = 0; g < 4 && !colblk; g++) { /* colblk: read as the rows are taken */
+            for (int g = 0; g < 4 && !colblk; g++) { /* colblk: from the table */
                 __m512 sg[4];
                 scales(jb, kb, j0 + 64 * g, all, off + 4 * g, sg);
                 if (bits == 4) /* in nib32's order */
@@ -300,8 +358,11 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
              * 4086-4283 / 5189-5532 / 6899-7320 -> 2187-2270 / 2603-2658 / 3642-3644 /
              * 5731-5814, 1 row level to -10%; decode_step's F x Q step, Q8S blocks of 32
              * 3.48-3.72 -> 2.68-3.04 ms, Q4S 2.45-2.80 -> 2.12-2.22. */
-            ember__fq_scales_prefetch(jb, kb, s0, s1);
+            if (!colblk)
+                ember__fq_scales_prefetch(jb, kb, s0, s1);
         }
+        if (colblk && kk % FQ_KC == 0)
+            col_scales(jb, j0, j0 + 256, kk, kk + FQ_KC < k ? kk + FQ_KC : k, cs);
         const uint8_t *q = jb->b + kk * ldb + (bits == 8 ? j0 : j0 / 2);
         /* the whole K row FQ_PF2 rows ahead into L2 and FQ_PF rows ahead into L1, as group()
          * fetches it */
@@ -313,11 +374,11 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
                 _mm_prefetch((const char *)(q + FQ_PF * ldb + 64 * l), _MM_HINT_T0);
         const __m512 x = _mm512_set1_ps(jb->a[kk]);
         if (colblk) {
-            const int64_t e0 = kb * jb->nbn;
+            const float *r = cs + (kk % FQ_KC) * 16;
 #pragma GCC unroll 8
             for (int h = 0; h < 8; h++) {
-                const __m512 sv = _mm512_set1_ps(ember__fq_scale(jb, e0 + off[2 * h]));
                 if (bits == 4) { /* both halves of nib32's order take the one scale */
+                    const __m512 sv = _mm512_set1_ps(r[2 * h]);
                     __m512 ev, od;
                     nib32(q + 16 * h, 0xffff, tab, &ev, &od);
                     c[2 * h] = _mm512_fmadd_ps(x, _mm512_mul_ps(sv, ev), c[2 * h]);
@@ -326,8 +387,8 @@ static inline __attribute__((always_inline)) void row1(const ember__fq_job *jb, 
 #pragma GCC unroll 2
                     for (int t = 0; t < 2; t++) {
                         const __m128i v = _mm_loadu_si128((const __m128i *)(q + 32 * h + 16 * t));
-                        const __m512 w =
-                            _mm512_mul_ps(sv, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
+                        const __m512 w = _mm512_mul_ps(_mm512_set1_ps(r[2 * h + t]),
+                                                       _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v)));
                         c[2 * h + t] = _mm512_fmadd_ps(x, w, c[2 * h + t]);
                     }
                 }
@@ -379,10 +440,14 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
     const int64_t m = jb->m, k = jb->k, n = jb->n;
     float acc[EMBER__FQ_MAX_ROWS * EMBER__FQ_TASK_COLS] __attribute__((aligned(64)));
     float wbuf[FQ_KC * 64] __attribute__((aligned(64))); /* more than 8 rows: dequant64 */
+    float cs[FQ_KC * 16] __attribute__((aligned(64)));   /* col_fast: the chunk's scales */
+    const int cf = col_fast(jb);
     for (int64_t i = 0; i < m * EMBER__FQ_TASK_COLS; i++)
         acc[i] = 0.0f;
     for (int64_t k0 = 0; k0 < k; k0 += FQ_KC) {
         const int64_t k1 = k0 + FQ_KC < k ? k0 + FQ_KC : k;
+        if (cf)
+            col_scales(jb, j0, j1, k0, k1, cs);
         for (int64_t j = j0; j < j1; j += 64) {
             const int64_t nv = j1 - j;
             __mmask16 mk[4];
@@ -390,9 +455,9 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
                 mk[t] = ember__tail_mask16(nv - 16 * t);
             const int full = nv >= 64;
             float *aj = acc + (j - j0);
-            const float *wb = NULL;
+            const float *wb = NULL, *cj = cf ? cs + (j - j0) / 16 : NULL;
             if (m > 8) {
-                dequant64(jb, j, mk, full, k0, k1, j == j0, wbuf);
+                dequant64(jb, j, mk, full, k0, k1, j == j0, wbuf, cj);
                 wb = wbuf;
             }
             for (int64_t i0 = 0; i0 < m; i0 += 4) {
@@ -400,16 +465,16 @@ void ember__fq_cols_avx512(const ember__fq_job *jb, int64_t j0, int64_t j1) {
                 const int pf = i0 == 0 && j == j0;
                 switch (m - i0 >= 4 ? 4 : (int)(m - i0)) {
                 case 4:
-                    group(jb, i0, 4, j, mk, full, k0, k1, ai, pf, wb);
+                    group(jb, i0, 4, j, mk, full, k0, k1, ai, pf, wb, cj);
                     break;
                 case 3:
-                    group(jb, i0, 3, j, mk, full, k0, k1, ai, pf, wb);
+                    group(jb, i0, 3, j, mk, full, k0, k1, ai, pf, wb, cj);
                     break;
                 case 2:
-                    group(jb, i0, 2, j, mk, full, k0, k1, ai, pf, wb);
+                    group(jb, i0, 2, j, mk, full, k0, k1, ai, pf, wb, cj);
                     break;
                 default:
-                    group(jb, i0, 1, j, mk, full, k0, k1, ai, pf, wb);
+                    group(jb, i0, 1, j, mk, full, k0, k1, ai, pf, wb, cj);
                     break;
                 }
             }
