@@ -1333,14 +1333,19 @@ static void test_fq_col_blocks(void) {
         ember_qstore st;
         int64_t bk, bn;
         ember_scale_dtype sd;
-    } kinds[] = {{EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 32, EMBER_SCALE_F16},
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 32, EMBER_SCALE_F16},
-                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, 48, EMBER_SCALE_BF16},
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 4, 64, EMBER_SCALE_F32},
-                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32},
-                 /* blocks along K that K chunks (128 rows) do not hold whole */
-                 {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 3, 32, EMBER_SCALE_F16},
-                 {EMBER_Q8S, EMBER_QSTORE_NATIVE, 5, 16, EMBER_SCALE_F16}};
+        int two_level;
+    } kinds[] = {
+        {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 32, EMBER_SCALE_F16, 0},
+        {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 32, EMBER_SCALE_F16, 0},
+        {EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, 48, EMBER_SCALE_BF16, 0},
+        {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 4, 64, EMBER_SCALE_F32, 0},
+        {EMBER_Q8S, EMBER_QSTORE_NATIVE, 1, 8, EMBER_SCALE_F32, 0},
+        /* blocks along K that K chunks (128 or 256 rows) do not hold whole */
+        {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 3, 32, EMBER_SCALE_F16, 0},
+        {EMBER_Q8S, EMBER_QSTORE_NATIVE, 5, 16, EMBER_SCALE_F16, 0},
+        /* a global f32 scale over the block scales; 4-bit values in blocks of 16 columns */
+        {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 32, EMBER_SCALE_F16, 1},
+        {EMBER_Q4S, EMBER_QSTORE_PACKED_U32, 1, 16, EMBER_SCALE_F32, 0}};
     const int64_t shapes[][3] = {{1, 64, 576},  {2, 96, 576},    {3, 96, 288},  {9, 160, 96},
                                  {70, 64, 288}, {150, 608, 288}, {1, 390, 576}, {5, 390, 576}};
     int cases = 0;
@@ -1350,6 +1355,7 @@ static void test_fq_col_blocks(void) {
             ember_qscheme s = ember_qscheme_per_block(kinds[q].v, kinds[q].st, 2,
                                                       (int64_t[]){kinds[q].bk, kinds[q].bn});
             s.block_scale = kinds[q].sd;
+            s.tensor_level = kinds[q].two_level;
             ember_tensor *w = NULL, *wf = mk_f32(ctx, 2, (int64_t[]){k, n}, -2.0f, 2.0f);
             if (ember_quantize(wf, &s, &w) != EMBER_OK) { /* a shape the blocks do not divide */
                 ember_tensor_free(wf);

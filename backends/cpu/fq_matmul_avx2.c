@@ -196,12 +196,14 @@ static inline __attribute__((always_inline)) void walk_init(const ember__fq_job 
     sw->next = 0;
 }
 
-/* K row kk's 32 dequantized weights (column order), the rows ahead fetched (into L2 with pf_l2) */
+/* K row kk's 32 dequantized weights (column order), the rows ahead fetched (into L2 with pf_l2).
+ * tr: K row kk's scales in a column-block table (col_table: a scale per 16 columns, the strip's
+ * first), or NULL: the walk's. */
 static inline __attribute__((always_inline)) void walk_row(const ember__fq_job *jb, strip_walk *sw,
                                                            int64_t kk, const int bits, int pf_l2,
-                                                           __m256 w[4]) {
+                                                           const float *tr, __m256 w[4]) {
     const int64_t k = jb->k, ldb = jb->ldb;
-    if (kk == sw->next) { /* a new scale block along K */
+    if (!tr && kk == sw->next) { /* a new scale block along K */
         sw->kb++;
         sw->next += jb->bk;
         scales32(jb, sw->kb, sw->j, sw->nv, sw->sb, &sw->ss);
@@ -215,13 +217,17 @@ static inline __attribute__((always_inline)) void walk_row(const ember__fq_job *
     values32(q, bits, sw->nv, v, 0);
 #pragma GCC unroll 4
     for (int t = 0; t < 4; t++)
-        w[t] = _mm256_mul_ps(scale8(jb, sw->sb, t), v[t]);
+        w[t] = _mm256_mul_ps(tr ? _mm256_broadcast_ss(tr + t / 2) : scale8(jb, sw->sb, t), v[t]);
 }
 
-/* rows [i0, i0 + R) (R <= 3) x columns [j, j + 32) (nv of them valid), the whole K */
+/* rows [i0, i0 + R) (R <= 3) x columns [j, j + 32) (nv of them valid), the whole K; or with a
+ * column-block table tb (the strip's first scale of K row k0), K rows [k0, k1), the sums from and
+ * back to acc (row stride EMBER__FQ_TASK_COLS; stored and reloaded exactly, so each is still taken
+ * in K order) until the last chunk stores them to the output */
 static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, int64_t i0,
                                                        const int R, int64_t j, int64_t nv,
-                                                       const int bits, int pf_l2) {
+                                                       const int bits, int pf_l2, int64_t k0,
+                                                       int64_t k1, const float *tb, float *acc) {
     const int64_t k = jb->k;
     strip_walk sw;
     walk_init(jb, j, nv, &sw);
@@ -230,10 +236,11 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++)
-            c[r][t] = _mm256_setzero_ps();
-    for (int64_t kk = 0; kk < k; kk++) {
+            c[r][t] =
+                tb ? _mm256_load_ps(acc + r * EMBER__FQ_TASK_COLS + 8 * t) : _mm256_setzero_ps();
+    for (int64_t kk = k0; kk < k1; kk++) {
         __m256 w[4];
-        walk_row(jb, &sw, kk, bits, pf_l2, w);
+        walk_row(jb, &sw, kk, bits, pf_l2, tb ? tb + (kk - k0) * 16 : NULL, w);
 #pragma GCC unroll 3
         for (int r = 0; r < R; r++) {
             const __m256 x = _mm256_set1_ps(jb->a[(i0 + r) * k + kk]);
@@ -244,28 +251,37 @@ static inline __attribute__((always_inline)) void pass(const ember__fq_job *jb, 
     }
 #pragma GCC unroll 3
     for (int r = 0; r < R; r++) {
-        ember__store_lanes8(jb->c + (i0 + r) * jb->n + j, c[r], 4, nv);
+        if (tb && k1 < k)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                _mm256_store_ps(acc + r * EMBER__FQ_TASK_COLS + 8 * t, c[r][t]);
+        else
+            ember__store_lanes8(jb->c + (i0 + r) * jb->n + j, c[r], 4, nv);
     }
 }
 
 /* one row (a decode row) x columns [j, j + 64) (nv of them valid), the whole K: a K row's 64
- * values a step (one line of 8-bit weights), each weight consumed as it is made */
+ * values a step (one line of 8-bit weights), each weight consumed as it is made. With a
+ * column-block table, K rows [k0, k1) and the sums in acc, as pass(). */
 static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb, int64_t i0,
-                                                         int64_t j, int64_t nv, const int bits) {
+                                                         int64_t j, int64_t nv, const int bits,
+                                                         int64_t k0, int64_t k1, const float *tb,
+                                                         float *acc) {
     const int64_t k = jb->k, ldb = jb->ldb;
     float sb[64] __attribute__((aligned(32)));
     __m256 c[8];
 #pragma GCC unroll 8
     for (int t = 0; t < 8; t++)
-        c[t] = _mm256_setzero_ps();
+        c[t] = tb ? _mm256_load_ps(acc + 8 * t) : _mm256_setzero_ps();
     int64_t kb = -1, next = 0;
     const int64_t nv0 = nv < 32 ? nv : 32, nv1 = nv - nv0;
     strip_sc ss0, ss1;
     strip_sc_init(jb, j, &ss0);
     strip_sc_init(jb, j + 32, &ss1);
     const int64_t s1 = nv1 > 0 ? ss1.s1 : ss0.s1; /* the pass's last scale, for the prefetch */
-    for (int64_t kk = 0; kk < k; kk++) {
-        if (kk == next) { /* a new scale block along K */
+    for (int64_t kk = k0; kk < k1; kk++) {
+        const float *tr = tb ? tb + (kk - k0) * 16 : NULL; /* the table's scales of K row kk */
+        if (!tb && kk == next) {                           /* a new scale block along K */
             kb++;
             next += jb->bk;
             if (jb->bn != 1) {
@@ -294,15 +310,24 @@ static inline __attribute__((always_inline)) void pass64(const ember__fq_job *jb
         __m256 v[4];
         values32(q, bits, nv0, v, 1);
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; t++)
-            c[t] = _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb, t), v[t]), c[t]);
+        for (int t = 0; t < 4; t++) {
+            const __m256 sv = tr ? _mm256_broadcast_ss(tr + t / 2) : scale8(jb, sb, t);
+            c[t] = _mm256_fmadd_ps(x, _mm256_mul_ps(sv, v[t]), c[t]);
+        }
         if (nv1 > 0) {
             values32(q + (bits == 8 ? 32 : 16), bits, nv1, v, 1);
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                c[4 + t] =
-                    _mm256_fmadd_ps(x, _mm256_mul_ps(scale8(jb, sb + 32, t), v[t]), c[4 + t]);
+            for (int t = 0; t < 4; t++) {
+                const __m256 sv = tr ? _mm256_broadcast_ss(tr + 2 + t / 2) : scale8(jb, sb + 32, t);
+                c[4 + t] = _mm256_fmadd_ps(x, _mm256_mul_ps(sv, v[t]), c[4 + t]);
+            }
         }
+    }
+    if (tb && k1 < k) { /* the sums wait for the next chunk (in values32's split order) */
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++)
+            _mm256_store_ps(acc + 8 * t, c[t]);
+        return;
     }
     if (bits == 4) {
         interleave32(c);
@@ -363,7 +388,7 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
         const int64_t nk = k - k0 < FQ2_KC ? k - k0 : FQ2_KC;
         for (int64_t kk = k0; kk < k0 + nk; kk++) { /* the chunk's weights, as pass() makes them */
             __m256 w[4];
-            walk_row(jb, &sw, kk, bits, 1, w);
+            walk_row(jb, &sw, kk, bits, 1, NULL, w);
 #pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
                 _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t, w[t]);
@@ -391,11 +416,152 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
     }
 }
 
+/* Scale blocks of columns (bn a multiple of 16 below n: burn's per_block([32]) on a [d_in, d_out]
+ * weight, [1, 32]) with up to FQ2_MANY rows take their scales from a table made once per K chunk
+ * of FQ2_TC rows and task (col_table), where each K row started a scale block in every pass:
+ * a strip's scales read one by one, converted, the next block's fetched, for each group of rows
+ * again. The same scale values, so the same products. Zen 5 capped at avx2, 2 threads, 4096 x
+ * 11008, Q4S [1, 32] with f16 scales, public API, best of 20, three alternations: 1 row 4.0-5.1 ->
+ * 2.0 ms ([32, 1]: 1.8-1.9), 2 rows 6.4-7.5 -> 4.2-6.1 (a table made lane by lane; 2.8-3.9), 4 rows
+ * 11.7-14.5 -> 5.9-6.3 (5.4-5.5), 8 rows 18.0-23.3 -> 10.0-11.0 (8.9-11.7). */
+#define FQ2_TC 256
+
+static inline int col_fast(const ember__fq_job *jb) {
+    return jb->bn > 1 && jb->bn < jb->n && jb->bn % 16 == 0;
+}
+
+/* 16 effective scales from index i of the job's scales as f32, 8 in *lo and 8 in *hi (all 16 are
+ * read: the caller keeps i + 16 within the scales) */
+static inline __attribute__((always_inline)) void scales16(const ember__fq_job *jb, int64_t i,
+                                                           __m256 *lo, __m256 *hi) {
+    if (jb->sd == EMBER_SCALE_F32) {
+        const float *p = (const float *)jb->sc + i;
+        *lo = _mm256_loadu_ps(p);
+        *hi = _mm256_loadu_ps(p + 8);
+    } else {
+        const uint16_t *p = (const uint16_t *)jb->sc + i;
+        const __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)p),
+                      h1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 8));
+        if (jb->sd == EMBER_SCALE_F16) {
+            *lo = _mm256_cvtph_ps(h0);
+            *hi = _mm256_cvtph_ps(h1);
+        } else { /* bf16: the upper half of an f32 */
+            *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+            *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+        }
+    }
+    if (jb->two_level) {
+        *lo = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *lo);
+        *hi = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *hi);
+    }
+}
+
+/* For K rows [k0, k1) and the task's columns [j0, j1) (at most EMBER__FQ_TASK_COLS, j0 a multiple
+ * of 16): tb[(kk - k0) * 16 + u] = the effective scale of columns j0 + 16u onwards (0 for those
+ * past j1), the values ember__fq_scale gives, each block row's once: its scales of the task (at
+ * most 16, consecutive) in two vectors, spread to the 16-column groups by permutes; through
+ * ember__fq_scale where 16 scales from the first would run past the last block row's end. The
+ * block row 16 K rows on is fetched ahead. */
+static void col_table(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
+                      float *tb) {
+    int64_t s0, s1, off[16];
+    ember__fq_scale_span(jb, j0, j1 - j0, &s0, &s1);
+    int32_t ix[16] __attribute__((aligned(32))), keep[16] __attribute__((aligned(32)));
+    int nu = 0;
+    for (int u = 0; u < 16; u++) {
+        const int in = j0 + 16 * u < j1;
+        off[u] = in ? (j0 + 16 * u) / jb->bn : s0;
+        ix[u] = (int32_t)(off[u] - s0);
+        keep[u] = in ? -1 : 0;
+        nu += in;
+    }
+    const __m256i i0 = _mm256_load_si256((const __m256i *)(const void *)ix),
+                  i1 = _mm256_load_si256((const __m256i *)(const void *)(ix + 8)),
+                  k0m = _mm256_load_si256((const __m256i *)(const void *)keep),
+                  k1m = _mm256_load_si256((const __m256i *)(const void *)(keep + 8)),
+                  e8 = _mm256_set1_epi32(7);
+    const int64_t nscales = (jb->k + jb->bk - 1) / jb->bk * jb->nbn; /* all of them */
+    __m256 r0 = _mm256_setzero_ps(), r1 = r0;
+    int64_t kb = k0 / jb->bk, next = k0;
+    for (int64_t kk = k0; kk < k1; kk++) {
+        if (kk == next) {
+            const int64_t e0 = kb * jb->nbn;
+            if (e0 + s0 + 16 <= nscales) {
+                __m256 lo, hi;
+                scales16(jb, e0 + s0, &lo, &hi);
+                /* lane u: lo[ix] where ix < 8, else hi[ix - 8] */
+                r0 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i0),
+                                      _mm256_permutevar8x32_ps(hi, i0),
+                                      _mm256_castsi256_ps(_mm256_cmpgt_epi32(i0, e8)));
+                r1 = _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, i1),
+                                      _mm256_permutevar8x32_ps(hi, i1),
+                                      _mm256_castsi256_ps(_mm256_cmpgt_epi32(i1, e8)));
+                r0 = _mm256_and_ps(r0, _mm256_castsi256_ps(k0m));
+                r1 = _mm256_and_ps(r1, _mm256_castsi256_ps(k1m));
+            } else {
+                float row[16] __attribute__((aligned(32))) = {0};
+                for (int u = 0; u < nu; u++)
+                    row[u] = ember__fq_scale(jb, e0 + off[u]);
+                r0 = _mm256_load_ps(row);
+                r1 = _mm256_load_ps(row + 8);
+            }
+            ember__fq_scales_prefetch(jb, kb, s0, s1);
+            kb++;
+            next = kb * jb->bk;
+        }
+        _mm256_store_ps(tb + (kk - k0) * 16, r0);
+        _mm256_store_ps(tb + (kk - k0) * 16 + 8, r1);
+    }
+}
+
+/* cols() for col_fast weights and up to FQ2_MANY rows: K in chunks of FQ2_TC rows, each chunk's
+ * table made once for every pass and group of rows */
+static inline __attribute__((always_inline)) void cols_table(const ember__fq_job *jb, int64_t j0,
+                                                             int64_t j1, const int bits) {
+    const int64_t k = jb->k, m = jb->m;
+    float tb[FQ2_TC * 16] __attribute__((aligned(32)));
+    float acc[FQ2_MANY * EMBER__FQ_TASK_COLS] __attribute__((aligned(32)));
+    memset(acc, 0, (size_t)m * EMBER__FQ_TASK_COLS * sizeof(float));
+    for (int64_t k0 = 0; k0 < k; k0 += FQ2_TC) {
+        const int64_t k1 = k - k0 < FQ2_TC ? k : k0 + FQ2_TC;
+        col_table(jb, j0, j1, k0, k1, tb);
+        if (m == 1) {
+            for (int64_t j = j0; j < j1; j += 64)
+                pass64(jb, 0, j, j1 - j < 64 ? j1 - j : 64, bits, k0, k1, tb + (j - j0) / 16,
+                       acc + (j - j0));
+            continue;
+        }
+        for (int64_t j = j0; j < j1; j += 32) {
+            const int64_t nv = j1 - j < 32 ? j1 - j : 32;
+            const float *t = tb + (j - j0) / 16;
+            for (int64_t i0 = 0; i0 < m; i0 += 3) {
+                const int pf = i0 == 0;
+                float *a = acc + i0 * EMBER__FQ_TASK_COLS + (j - j0);
+                switch (m - i0 >= 3 ? 3 : (int)(m - i0)) {
+                case 3:
+                    pass(jb, i0, 3, j, nv, bits, pf, k0, k1, t, a);
+                    break;
+                case 2:
+                    pass(jb, i0, 2, j, nv, bits, pf, k0, k1, t, a);
+                    break;
+                default:
+                    pass(jb, i0, 1, j, nv, bits, pf, k0, k1, t, a);
+                    break;
+                }
+            }
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void cols(const ember__fq_job *jb, int64_t j0,
                                                        int64_t j1, const int bits) {
+    if (col_fast(jb) && jb->m <= FQ2_MANY) {
+        cols_table(jb, j0, j1, bits);
+        return;
+    }
     if (jb->m == 1) {
         for (int64_t j = j0; j < j1; j += 64)
-            pass64(jb, 0, j, j1 - j < 64 ? j1 - j : 64, bits);
+            pass64(jb, 0, j, j1 - j < 64 ? j1 - j : 64, bits, 0, jb->k, NULL, NULL);
         return;
     }
     for (int64_t j = j0; j < j1; j += 32) {
@@ -408,13 +574,13 @@ static inline __attribute__((always_inline)) void cols(const ember__fq_job *jb, 
             const int pf = i0 == 0;
             switch (jb->m - i0 >= 3 ? 3 : (int)(jb->m - i0)) {
             case 3:
-                pass(jb, i0, 3, j, nv, bits, pf);
+                pass(jb, i0, 3, j, nv, bits, pf, 0, jb->k, NULL, NULL);
                 break;
             case 2:
-                pass(jb, i0, 2, j, nv, bits, pf);
+                pass(jb, i0, 2, j, nv, bits, pf, 0, jb->k, NULL, NULL);
                 break;
             default:
-                pass(jb, i0, 1, j, nv, bits, pf);
+                pass(jb, i0, 1, j, nv, bits, pf, 0, jb->k, NULL, NULL);
                 break;
             }
         }
