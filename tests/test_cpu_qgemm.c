@@ -1319,6 +1319,58 @@ static void test_fq_row_blocks(void) {
  * bit for bit the dequantized weight rows, the AVX2 kernel's results bit for bit the AVX-512
  * one's, a decode row the first row of a 2-row product, and 150 rows (K of 608) row by row as
  * the same rows alone (which dequantize + sgemm does not give). */
+/* 4-bit B as stored (nibbles read in place, ember__qpack_b_plain4) packs to the same bytes as its
+ * int8 values through the row callback: values (padding rows and columns included) and scales.
+ * The stored rows' padding nibbles hold random bits, as a tensor from bytes may. */
+static void test_pack_plain4(void) {
+    ember_context *ctx = NULL;
+    ember__cpu_state *s = cpu_state(&ctx);
+    CU_ASSERT_FATAL(s != NULL);
+    const int64_t shapes[][3] = {{64, 32, 0},  {70, 33, 0},   {128, 290, 32},
+                                 {200, 47, 0}, {96, 513, 32}, {7, 5, 0}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t k = shapes[si][0], n = shapes[si][1], kc = shapes[si][2];
+        const int64_t ldb = (n + 7) / 8 * 4; /* u32 words a row */
+        const int64_t nch = kc ? k / kc : 1;
+        int8_t *B = malloc((size_t)(k * n));
+        uint8_t *B4 = malloc((size_t)(k * ldb));
+        float *sc = malloc((size_t)(nch * n) * sizeof(float));
+        CU_ASSERT_FATAL(B && B4 && sc);
+        rand_i8(B, (size_t)(k * n), -8, 7);
+        rand_i8((int8_t *)B4, (size_t)(k * ldb), -128, 127); /* the padding: random */
+        for (int64_t r = 0; r < k; r++)
+            for (int64_t j = 0; j < n; j++) {
+                uint8_t *byte = B4 + r * ldb + j / 2;
+                const int sh = 4 * (int)(j % 2);
+                *byte = (uint8_t)((*byte & ~(0xf << sh)) | ((B[r * n + j] & 0xf) << sh));
+            }
+        for (int64_t i = 0; i < nch * n; i++) /* f16-exact scales, and one that is not */
+            sc[i] = (float)(1 + (int)(tu_next(&rng) % 64)) / 256.0f;
+        if (si % 2)
+            sc[0] = 0.1f;
+        for (int with_scales = 0; with_scales < 2; with_scales++) {
+            ember__qpack p1, p2;
+            TU_OK(ember__qpack_b_s8(s, &p1, k, n, n, kc, 4, B, with_scales ? sc : NULL));
+            TU_OK(ember__qpack_b_plain4(s, &p2, k, n, ldb, kc, B4, with_scales ? sc : NULL));
+            CU_ASSERT_EQUAL(ember__qpack_bytes(&p1), ember__qpack_bytes(&p2));
+            CU_ASSERT_EQUAL(p1.sb16, p2.sb16);
+            const size_t vb = (size_t)(p1.kp * p1.np / 2),
+                         sbb = (size_t)(p1.nch * p1.np) * (p1.sb16 ? 2 : 4);
+            const int same = memcmp(p1.b, p2.b, vb) == 0 && memcmp(p1.sb, p2.sb, sbb) == 0;
+            CU_ASSERT(same);
+            if (!same)
+                printf("\n  plain4 %lld x %lld, kc %lld: bytes differ", (long long)k, (long long)n,
+                       (long long)kc);
+            ember__qpack_free(&p1);
+            ember__qpack_free(&p2);
+        }
+        free(B);
+        free(B4);
+        free(sc);
+    }
+    ember_context_destroy(ctx);
+}
+
 static void test_fq_col_blocks(void) {
     ember_context *ctx = NULL, *c2 = NULL;
     ember_options o = ember_options_default();
@@ -2360,6 +2412,7 @@ int main(void) {
         {"(F,Q): the fused float path", test_fq_fused},
         {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone",
          test_fq_row_blocks},
+        {"4-bit B as stored: the packed bytes of its int8 values", test_pack_plain4},
         {"(F,Q) scale blocks along the columns ([1, 32], ...)", test_fq_col_blocks},
         {"(Q,Q) and W8A8 on [1, 32] weights: the fused path on A's floats", test_qq_col_blocks},
         {"(F,Q) the AVX2 kernel: the AVX-512 kernel's results", test_fq_avx2},

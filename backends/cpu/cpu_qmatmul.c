@@ -183,6 +183,9 @@ static ember_status pack_qb(ember__cpu_state *s, const ember_tensor *b, const fl
     ember_status st;
     if (b->scheme.store == EMBER_QSTORE_NATIVE) /* int8 rows read in place */
         st = ember__qpack_b_plain(s, p, k, n, n, kc, (const int8_t *)b->buf + b_off, sbp);
+    else if (ember__qvalue_get_info(b->scheme.value)->bits == 4) /* nibbles read in place */
+        st = ember__qpack_b_plain4(s, p, k, n, (int64_t)src.row_bytes, kc,
+                                   src.base + (size_t)src.row0 * src.row_bytes, sbp);
     else
         st = ember__qpack_b_mt(s, p, k, n, kc, bits, qsrc_row_cb, &src, sbp);
     if (sb)

@@ -175,8 +175,9 @@ typedef struct pack_b_arg {
     const float *scales; /* [nch][n], or NULL: all 1 */
     ember__qrow_fn row;
     const void *src;
-    const int8_t *plain; /* plain int8 rows (row callback unused), 8-bit only */
-    int64_t ldb;
+    const int8_t *plain;   /* plain int8 rows (row callback unused), 8-bit only */
+    const uint8_t *plain4; /* packed 4-bit rows as stored (row callback unused), 4-bit only */
+    int64_t ldb;           /* bytes from one row of plain or plain4 to the next */
     int avx512;
     int stream; /* 8-bit values written with streaming stores (a large B) */
 } pack_b_arg;
@@ -216,6 +217,94 @@ static void interleave16(const int8_t *r0, const int8_t *r1, const int8_t *r2, c
             dst[c * 4 + q] = (uint8_t)(r[q][c] + (bias128 ? 128 : 8));
 #endif
 }
+
+/* 4-bit B as stored, rows fetched this far ahead (each row's piece of a task lies ldb bytes from
+ * the next, out of reach of the hardware prefetchers, as for plain int8 B) */
+#define PLAIN4_PFD 16
+
+#ifdef EMBER__X86
+/* 16 values (8 bytes, columns past nv zero) of a 4-bit row as biased bytes in column order: the
+ * nibble u of each value xor 8, which is v + 8 for the two's complement value v it holds (the
+ * generic path's int8 value plus its bias 8, in 4 bits) */
+static inline __m128i plain4_piece(const uint8_t *row, int64_t nv) {
+    __m128i x;
+    if (nv >= 16) {
+        x = _mm_loadl_epi64((const __m128i *)(const void *)row);
+    } else {
+        uint8_t t[8] = {0};
+        if (nv > 0)
+            memcpy(t, row, (size_t)(nv + 1) / 2);
+        if (nv > 0 && nv % 2)
+            t[nv / 2] &= 0x0f; /* the column past nv */
+        x = _mm_loadl_epi64((const __m128i *)(const void *)t);
+    }
+    const __m128i m = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_and_si128(x, m), hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);
+    return _mm_xor_si128(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+}
+
+/* 4 rows of 16 biased values -> 64 bytes, byte 4c + q holding row q's column c */
+static inline void plain4_quad(const __m128i r[4], __m128i out[4]) {
+    const __m128i ab0 = _mm_unpacklo_epi8(r[0], r[1]), ab1 = _mm_unpackhi_epi8(r[0], r[1]);
+    const __m128i cd0 = _mm_unpacklo_epi8(r[2], r[3]), cd1 = _mm_unpackhi_epi8(r[2], r[3]);
+    out[0] = _mm_unpacklo_epi16(ab0, cd0);
+    out[1] = _mm_unpackhi_epi16(ab0, cd0);
+    out[2] = _mm_unpacklo_epi16(ab1, cd1);
+    out[3] = _mm_unpackhi_epi16(ab1, cd1);
+}
+
+/* The panels of columns [j0, j0 + jn) (nv of them real) from 4-bit B as stored: per 8 K rows and
+ * 16 columns, 64 bytes whose byte 4c + q holds rows k0 + q (low nibble) and k0 + 4 + q (high) of
+ * column c, biased by 8 (the generic path's bytes: unpack, interleave16, nibble merge).
+ * Padding rows and columns hold 8 (the value 0). */
+static void plain4_task(const pack_b_arg *a, int64_t j0, int64_t jn, int64_t nv) {
+    const ember__qpack *p = a->p;
+    const __m128i zero = _mm_set1_epi8(8), m = _mm_set1_epi8(0x0f);
+    for (int64_t k0 = 0; k0 < p->kp; k0 += 8) {
+        if (k0 + PLAIN4_PFD < p->k)
+            for (int64_t r = k0 + PLAIN4_PFD; r < k0 + PLAIN4_PFD + 8 && r < p->k; r++)
+                for (int64_t c = 0; c < (nv + 1) / 2; c += 64)
+                    __builtin_prefetch(a->plain4 + r * a->ldb + j0 / 2 + c, 0, 3);
+        for (int64_t jj = 0; jj < jn; jj += 16) {
+            __m128i rows[8], lo[4], hi[4];
+            for (int r = 0; r < 8; r++)
+                rows[r] = k0 + r < p->k && jj < nv
+                              ? plain4_piece(a->plain4 + (k0 + r) * a->ldb + (j0 + jj) / 2, nv - jj)
+                              : zero;
+            plain4_quad(rows, lo);
+            plain4_quad(rows + 4, hi);
+            const int64_t panel = (j0 + jj) / 32, half = ((j0 + jj) % 32) / 16;
+            uint8_t *dst = p->b + (panel * (p->kp / 8) + k0 / 8) * 128 + half * 64;
+            for (int q = 0; q < 4; q++)
+                _mm_store_si128((__m128i *)(void *)(dst + 16 * q),
+                                _mm_or_si128(_mm_and_si128(lo[q], m),
+                                             _mm_slli_epi16(_mm_and_si128(hi[q], m), 4)));
+        }
+    }
+}
+#else
+/* value j of row r of 4-bit B as stored, biased as in the packed panels (8 past the values) */
+static int plain4_nib(const pack_b_arg *a, int64_t r, int64_t j, int64_t nv) {
+    if (r >= a->p->k || j >= nv)
+        return 8;
+    return ((a->plain4[r * a->ldb + j / 2] >> (4 * (j % 2))) & 0xf) ^ 8;
+}
+
+/* plain4_task's bytes, value by value */
+static void plain4_task(const pack_b_arg *a, int64_t j0, int64_t jn, int64_t nv) {
+    const ember__qpack *p = a->p;
+    for (int64_t k0 = 0; k0 < p->kp; k0 += 8)
+        for (int64_t jj = 0; jj < jn; jj += 16) {
+            const int64_t panel = (j0 + jj) / 32, half = ((j0 + jj) % 32) / 16;
+            uint8_t *dst = p->b + (panel * (p->kp / 8) + k0 / 8) * 128 + half * 64;
+            for (int c = 0; c < 16; c++)
+                for (int q = 0; q < 4; q++)
+                    dst[4 * c + q] =
+                        (uint8_t)(plain4_nib(a, k0 + q, j0 + jj + c, j0 + nv) |
+                                  plain4_nib(a, k0 + 4 + q, j0 + jj + c, j0 + nv) << 4);
+        }
+}
+#endif
 
 static void pack_b_task(void *varg, int64_t task, int thread) {
     (void)thread;
@@ -273,6 +362,10 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
 #endif
         return;
     }
+    if (a->plain4) {
+        plain4_task(a, j0, jn, nv);
+        return;
+    }
     for (int64_t k0 = 0; k0 < p->kp; k0 += kstep) {
         for (int64_t r = 0; r < kstep; r++) {
             if (k0 + r < p->k && nv > 0) {
@@ -306,17 +399,23 @@ ember_status ember__qpack_b(ember__qpack *p, int64_t k, int64_t n, int64_t kc, i
 
 static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                 int64_t kc, int bits, ember__qrow_fn row, const void *src,
-                                const int8_t *plain, int64_t ldb, const float *scales);
+                                const int8_t *plain, const uint8_t *plain4, int64_t ldb,
+                                const float *scales);
 
 ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
                                const float *scales) {
-    return qpack_b_any(s, p, k, n, kc, bits, row, src, NULL, 0, scales);
+    return qpack_b_any(s, p, k, n, kc, bits, row, src, NULL, NULL, 0, scales);
 }
 
 ember_status ember__qpack_b_plain(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                   int64_t ldb, int64_t kc, const int8_t *B, const float *scales) {
-    return qpack_b_any(s, p, k, n, kc, 8, NULL, NULL, B, ldb, scales);
+    return qpack_b_any(s, p, k, n, kc, 8, NULL, NULL, B, NULL, ldb, scales);
+}
+
+ember_status ember__qpack_b_plain4(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                   int64_t ldb, int64_t kc, const uint8_t *B, const float *scales) {
+    return qpack_b_any(s, p, k, n, kc, 4, NULL, NULL, NULL, B, ldb, scales);
 }
 
 static void plain_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_t *dst) {
@@ -326,7 +425,8 @@ static void plain_row(const void *src, int64_t kk, int64_t j0, int64_t nj, int8_
 
 static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                 int64_t kc, int bits, ember__qrow_fn row, const void *src,
-                                const int8_t *plain, int64_t ldb, const float *scales) {
+                                const int8_t *plain, const uint8_t *plain4, int64_t ldb,
+                                const float *scales) {
     memset(p, 0, sizeof *p);
     p->k = k;
     p->n = n;
@@ -372,6 +472,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
                     row,
                     src,
                     plain,
+                    plain4,
                     ldb,
                     ember__qtier_available(EMBER__QT_AVX512),
                     bits == 8 && vbytes >= ((size_t)2 << 20)};
@@ -379,6 +480,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
         a.row = plain_row;
         a.src = &a;
     }
+
     ember__cpu_parallel_for(s, (p->np + PACK_NB - 1) / PACK_NB, pack_b_task, &a);
     return EMBER_OK;
 }

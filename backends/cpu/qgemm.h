@@ -86,6 +86,11 @@ ember_status ember__qpack_b(ember__qpack *p, int64_t k, int64_t n, int64_t kc, i
 /* Plain int8 B [k, n] with leading dimension ldb: rows read in place (no callback). */
 ember_status ember__qpack_b_plain(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                   int64_t ldb, int64_t kc, const int8_t *B, const float *scales);
+/* Packed 4-bit B [k, n] as stored (value j of row kk in byte kk * ldb + j / 2, low nibble first:
+ * two's complement nibbles, or any 4-bit codes), read in place on the context's threads (s may be
+ * NULL): the nibbles go to the panels' layout directly, without an int8 row per K row. */
+ember_status ember__qpack_b_plain4(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
+                                   int64_t ldb, int64_t kc, const uint8_t *B, const float *scales);
 /* The same, packing column blocks on the context's threads (s may be NULL). */
 ember_status ember__qpack_b_mt(ember__cpu_state *s, ember__qpack *p, int64_t k, int64_t n,
                                int64_t kc, int bits, ember__qrow_fn row, const void *src,
