@@ -2060,6 +2060,27 @@ static void test_f16_exact(void) {
                     printf("\n  %a: exact %d (want %d), bits %04x (want %04x)", (double)f, ex, want,
                            h, ember__f32_to_f16(f));
             }
+            if (ember__qtier_available(EMBER__QT_AVX512)) {
+                /* the vector test and the vector conversion (the pack's scales): f in one lane
+                 * of 16 exact values, then as the tail of 17 */
+                float v[17];
+                for (int l = 0; l < 17; l++)
+                    v[l] = 0.5f * (float)(l + 1);
+                v[i % 16] = f;
+                const int vex = ember__qall_f16_avx512(v, 16);
+                v[i % 16] = 1.0f;
+                v[16] = f;
+                const int tex = ember__qall_f16_avx512(v, 17);
+                uint16_t hv[32];
+                float one[32] = {0};
+                one[i % 32] = f;
+                ember__qscales32_avx512(one, 32, 1, hv);
+                if (vex != want || tex != want || (want && hv[i % 32] != h)) {
+                    if (bad++ < 5)
+                        printf("\n  %a: vector exact %d / %d (want %d), bits %04x (want %04x)",
+                               (double)f, vex, tex, want, hv[i % 32], h);
+                }
+            }
             checked++;
         }
     CU_ASSERT_EQUAL(bad, 0);

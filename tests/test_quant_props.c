@@ -396,6 +396,44 @@ static void test_kernels_direct(void) {
 
 /* Near-ties: x within a few ulps of (k + 0.5) * e, for scales across the f32 range (tiny,
  * subnormal and huge ones included): the vector tier must round exactly as the scalar division. */
+/* The scale decoder of the best tier: ember__scale_decode's bits for every F16 and BF16 pattern
+ * (NaN payloads, signaling ones included, subnormals, Inf), random F32 bits, UE4M3 and UE8M0
+ * bytes, with and without a global scale, at lengths that leave tails */
+static void test_scales_decode(void) {
+    const ember__cpu_qkern *k = ember__cpu_qkern_select(ember__cpu_state_of(ctx));
+    enum { N = 65536 + 7 };
+    uint8_t *src = malloc((size_t)N * 4);
+    float *out = malloc((size_t)N * sizeof(float));
+    CU_ASSERT_FATAL(src && out);
+    const ember_scale_dtype ds[] = {EMBER_SCALE_F16, EMBER_SCALE_BF16, EMBER_SCALE_F32,
+                                    EMBER_SCALE_UE4M3, EMBER_SCALE_UE8M0};
+    for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+        const ember_scale_dtype d = ds[di];
+        const size_t sz = ember__scale_dtype_size(d);
+        for (size_t i = 0; i < (size_t)N; i++) { /* 2-byte dtypes: every pattern in turn */
+            const uint32_t v = sz == 2 ? (uint32_t)(i & 0xffff) : (uint32_t)tu_next(&rng);
+            for (size_t b = 0; b < sz; b++)
+                src[i * sz + b] = (uint8_t)(v >> (8 * b));
+        }
+        for (int two = 0; two < 2; two++)
+            for (size_t n = N; n + 40 > N; n -= 13) {
+                const float g = two ? 0.37f : 1.0f;
+                k->scales_f32(src, n, d, two, g, out);
+                size_t bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    const float t = ember__scale_decode(src + i * sz, d), w = two ? g * t : t;
+                    bad += memcmp(&w, &out[i], 4) != 0;
+                }
+                CU_ASSERT_EQUAL(bad, 0);
+                if (bad)
+                    fprintf(stderr, "  scales_f32 (%s) dtype %d two %d n %zu: %zu differ\n",
+                            k->name, (int)d, two, n, bad);
+            }
+    }
+    free(src);
+    free(out);
+}
+
 static void test_near_ties(void) {
     const ember__cpu_qkern *best = ember__cpu_qkern_select(ember__cpu_state_of(ctx));
     const ember__cpu_qkern *sc = &ember__cpu_qkern_scalar;
@@ -582,6 +620,7 @@ static CU_TestInfo prop_tests[] = {
     {"from_bytes o to_bytes on random bytes", test_random_bytes_identity},
     {"vector and scalar kernels agree", test_kernels_direct},
     {"near-ties: vector == division", test_near_ties},
+    {"scale decoder: ember__scale_decode's bits", test_scales_decode},
     {"thread counts and cpu_max_isa", test_threads_and_isa_cap},
     {"F16 / BF16 in and out", test_half_io},
     {"producer and backend_dequantize", test_producer},

@@ -218,7 +218,7 @@ static ember_status cached_pack(ember__cpu_state *s, const ember_tensor *b, int6
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack the rhs");
     }
     nc->kc = kc;
-    st = ember__qtensor_effective_scales(b, eff);
+    ember__cpu_effective_scales(s, b, eff);
     for (int64_t i = 0; st == EMBER_OK && i < nmat; i++) {
         st = pack_qb(s, b, eff, i * k * n, k, n, kc, &nc->p[i]);
         if (st == EMBER_OK)

@@ -90,6 +90,15 @@ static void s_dequant_int_blocks(const int8_t *q, size_t len, size_t bl, const f
     }
 }
 
+static void s_scales_f32(const uint8_t *src, size_t n, ember_scale_dtype d, int two, float g,
+                         float *dst) {
+    const size_t sz = ember__scale_dtype_size(d);
+    for (size_t i = 0; i < n; i++) {
+        const float t = ember__scale_decode(src + i * sz, d);
+        dst[i] = two ? g * t : t;
+    }
+}
+
 const ember__cpu_qkern ember__cpu_qkern_scalar = {
     .name = "scalar",
     .amax_blocks = s_amax_blocks,
@@ -98,6 +107,7 @@ const ember__cpu_qkern ember__cpu_qkern_scalar = {
     .dequant_int_blocks = s_dequant_int_blocks,
     .pack = ember__pack_codes,
     .unpack = ember__unpack_codes,
+    .scales_f32 = s_scales_f32,
 };
 
 static atomic_int force_scalar;
@@ -593,4 +603,14 @@ ember_status ember__cpu_dequantize(void *state, int dev, const ember_tensor *q, 
             ember__scale_decode((const uint8_t *)q->buf + q->q.global_offset, EMBER_SCALE_F32);
     ember__cpu_parallel_for(st, j.g.ntasks, task_dequant, &j);
     return EMBER_OK;
+}
+
+void ember__cpu_effective_scales(const ember__cpu_state *s, const ember_tensor *q, float *dst) {
+    const ember__qlayout *L = &q->q;
+    const uint8_t *bytes = q->buf;
+    const float g =
+        L->global_bytes ? ember__scale_decode(bytes + L->global_offset, EMBER_SCALE_F32) : 1.0f;
+    ember__cpu_qkern_select(s)->scales_f32(bytes + L->scales_offset, L->nscales,
+                                           ember__qscheme_scale_dtype(&q->scheme),
+                                           L->global_bytes != 0, g, dst);
 }

@@ -28,6 +28,10 @@ typedef struct ember__cpu_qkern {
     /* ember__pack_codes / ember__unpack_codes (dst / src start on a storage unit). */
     void (*pack)(const ember_qscheme *s, const uint8_t *codes, size_t n, uint8_t *dst);
     void (*unpack)(const ember_qscheme *s, const uint8_t *src, size_t n, uint8_t *codes);
+    /* n stored scales of dtype d from src as f32, times g where two is set: ember__scale_decode's
+     * values, bit for bit (NaN payloads included) */
+    void (*scales_f32)(const uint8_t *src, size_t n, ember_scale_dtype d, int two, float g,
+                       float *dst);
 } ember__cpu_qkern;
 
 extern const ember__cpu_qkern ember__cpu_qkern_scalar;
@@ -39,6 +43,10 @@ extern const ember__cpu_qkern ember__cpu_qkern_avx512;
 const ember__cpu_qkern *ember__cpu_qkern_select(const ember__cpu_state *s);
 /* Test hook: nonzero forces the scalar tier in every context (process-wide). */
 void ember__cpu_quant_force_scalar(int on);
+
+/* The effective scales of quantized CPU tensor q (ember__qtensor_effective_scales's values) into
+ * dst[q->q.nscales], through the state's tier. */
+void ember__cpu_effective_scales(const ember__cpu_state *s, const ember_tensor *q, float *dst);
 
 /* The vtable entries (dispatch/backend.h). */
 ember_status ember__cpu_quantize(void *state, int dev, const ember_tensor *x,

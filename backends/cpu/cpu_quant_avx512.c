@@ -242,6 +242,41 @@ static void v_unpack(const ember_qscheme *s, const uint8_t *src, size_t n, uint8
     }
 }
 
+/* F16, BF16 and F32 scales 16 at a time (F16 through VCVTPH2PS, which quiets a signaling NaN:
+ * 16 that hold a NaN or Inf go through the scalar decoder, which keeps its bits); the others,
+ * and the tail, through the scalar decoder */
+static void v_scales_f32(const uint8_t *src, size_t n, ember_scale_dtype d, int two, float g,
+                         float *dst) {
+    size_t i = 0;
+    const __m512 gv = _mm512_set1_ps(g);
+    if (d == EMBER_SCALE_F16 || d == EMBER_SCALE_BF16 || d == EMBER_SCALE_F32) {
+        for (; i + 16 <= n; i += 16) {
+            __m512 t;
+            if (d == EMBER_SCALE_F32) {
+                t = _mm512_loadu_ps(src + 4 * i);
+            } else {
+                const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)(src + 2 * i));
+                if (d == EMBER_SCALE_BF16) {
+                    t = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                } else {
+                    const __m256i ex = _mm256_set1_epi16(0x7c00);
+                    if (_mm256_movemask_epi8(_mm256_cmpeq_epi16(_mm256_and_si256(h, ex), ex))) {
+                        for (size_t q = i; q < i + 16; q++) {
+                            const float v = ember__scale_decode(src + 2 * q, d);
+                            dst[q] = two ? g * v : v;
+                        }
+                        continue;
+                    }
+                    t = _mm512_cvtph_ps(h);
+                }
+            }
+            _mm512_storeu_ps(dst + i, two ? _mm512_mul_ps(gv, t) : t);
+        }
+    }
+    ember__cpu_qkern_scalar.scales_f32(src + i * ember__scale_dtype_size(d), n - i, d, two, g,
+                                       dst + i);
+}
+
 const ember__cpu_qkern ember__cpu_qkern_avx512 = {
     .name = "avx512",
     .amax_blocks = v_amax_blocks,
@@ -250,6 +285,7 @@ const ember__cpu_qkern ember__cpu_qkern_avx512 = {
     .dequant_int_blocks = v_dequant_int_blocks,
     .pack = v_pack,
     .unpack = v_unpack,
+    .scales_f32 = v_scales_f32,
 };
 
 #else /* not built with AVX-512: the tier falls back to scalar */

@@ -183,6 +183,7 @@ typedef struct pack_b_arg {
 } pack_b_arg;
 
 #define PACK_NB 256 /* columns per packing task */
+#define SCALE_PFD 4 /* rows of scales fetched ahead by a packing task */
 /* Plain B: rows are prefetched this far ahead of the packer. Measured (2 threads, same process,
  * alternated, medians of 7, pack + product as a first call): 2048^3 3010 -> 3419 GOPS, 4096^3
  * 2911 -> 3300, 512 x 4096^2 2592 -> 2932. */
@@ -318,6 +319,16 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
     for (int64_t c = 0; c < p->nch; c++) /* a row of scales at a time: 1 KiB read in order */
         for (int64_t jp = j0; jp < j0 + jn; jp += 32) {
             const int64_t d = ember__qpack_sidx(p, c, jp);
+            if (a->scales && a->avx512) {
+                /* the row SCALE_PFD rows on (rows are n scales apart: no hardware prefetch) */
+                if (jp == j0 && c + SCALE_PFD < p->nch)
+                    for (int64_t l = 0; l < nv; l += 16)
+                        __builtin_prefetch(a->scales + (c + SCALE_PFD) * p->n + j0 + l, 0, 3);
+                ember__qscales32_avx512(a->scales + c * p->n + jp, p->n - jp, p->sb16,
+                                        p->sb16 ? (void *)((uint16_t *)p->sb + d)
+                                                : (void *)((float *)p->sb + d));
+                continue;
+            }
             for (int64_t jj = 0; jj < 32; jj++) {
                 const int64_t j = jp + jj;
                 const float f = j < p->n ? (a->scales ? a->scales[c * p->n + j] : 1.0f) : 0.0f;
@@ -445,9 +456,13 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
     size_t nsc = (size_t)p->nch * (size_t)p->np;
     /* f16 scales when every one is exactly an f16 (halves the scale traffic of small blocks) */
     int sb16 = p->nch > 1 && scales != NULL;
-    for (size_t i = 0; sb16 && i < (size_t)p->nch * (size_t)n; i++) {
-        uint16_t h;
-        sb16 = ember__f32_exact_f16(scales[i], &h);
+    if (sb16 && ember__qtier_available(EMBER__QT_AVX512)) {
+        sb16 = ember__qall_f16_avx512(scales, (size_t)p->nch * (size_t)n);
+    } else {
+        for (size_t i = 0; sb16 && i < (size_t)p->nch * (size_t)n; i++) {
+            uint16_t h;
+            sb16 = ember__f32_exact_f16(scales[i], &h);
+        }
     }
     p->sb16 = sb16;
     /* the scales follow the values in one allocation: from 4 MiB a region of the context's (2 MiB

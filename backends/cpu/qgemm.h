@@ -259,6 +259,11 @@ void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, u
                           int64_t pstride, int stream);
 /* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
  * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row. */
+/* The 32 scales of a panel row, src[0..nv) and zeros past nv (nv <= 32; may be <= 0), into dst as
+ * f16 (sb16: each one exactly an f16) or f32 */
+void ember__qscales32_avx512(const float *src, int64_t nv, int sb16, void *dst);
+/* 1 when every one of x[0..n) is exactly an f16 (ember__f32_exact_f16), else 0 */
+int ember__qall_f16_avx512(const float *x, size_t n);
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
                           int8_t *dst, int64_t pstride, int32_t *rs);
 

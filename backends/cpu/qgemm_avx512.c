@@ -581,6 +581,39 @@ EMBER__INLINE void store64(void *dst, __m512i v, int stream) {
         _mm512_storeu_si512(dst, v);
 }
 
+void ember__qscales32_avx512(const float *src, int64_t nv, int sb16, void *dst) {
+    for (int h = 0; h < 2; h++) {
+        const __m512 v = _mm512_maskz_loadu_ps(ember__tail_mask16(nv - 16 * h), src + 16 * h);
+        if (sb16)
+            _mm256_storeu_si256((__m256i *)dst + h,
+                                _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        else
+            _mm512_storeu_ps((float *)dst + 16 * h, v);
+    }
+}
+
+/* 16 at a time: exact when the round trip through f16 gives the same bits and the value is not a
+ * NaN (an f32 subnormal or a value beyond f16's range comes back as another value) */
+int ember__qall_f16_avx512(const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        const __m512 r =
+            _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __mmask16 same =
+            _mm512_cmpeq_epi32_mask(_mm512_castps_si512(v), _mm512_castps_si512(r)) &
+            _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        if (same != (__mmask16)0xffff)
+            return 0;
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        if (!ember__f32_exact_f16(x[i], &h))
+            return 0;
+    }
+    return 1;
+}
+
 /* The 64 values [k0, k0 + 64) of row src (zeros past k; src NULL: zeros) */
 EMBER__INLINE __m512i a_piece(const int8_t *src, int64_t k, int64_t k0) {
     if (!src || k0 >= k)
