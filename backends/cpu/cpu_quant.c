@@ -259,10 +259,7 @@ static void eff_from_bytes(const qjob *j, size_t b0, size_t nb, float *e, size_t
         return;
     have[0] = b0;
     have[1] = nb;
-    for (size_t i = 0; i < nb; i++) {
-        float t = ember__scale_decode(j->sbytes + (b0 + i) * j->ssz, j->sd);
-        e[i] = j->two ? j->global * t : t;
-    }
+    j->k->scales_f32(j->sbytes + b0 * j->ssz, nb, j->sd, j->two, j->global, e);
 }
 
 /* Pass (1). */
