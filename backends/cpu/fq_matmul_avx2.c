@@ -421,9 +421,9 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
  * of FQ2_TC rows and task (col_table), where each K row started a scale block in every pass:
  * a strip's scales read one by one, converted, the next block's fetched, for each group of rows
  * again. The same scale values, so the same products. Zen 5 capped at avx2, 2 threads, 4096 x
- * 11008, Q4S [1, 32] with f16 scales, public API, best of 20, three alternations: 1 row 4.0-5.1 ->
- * 2.0 ms ([32, 1]: 1.8-1.9), 2 rows 6.4-7.5 -> 4.2-6.1 (a table made lane by lane; 2.8-3.9), 4 rows
- * 11.7-14.5 -> 5.9-6.3 (5.4-5.5), 8 rows 18.0-23.3 -> 10.0-11.0 (8.9-11.7). */
+ * 11008, Q4S [1, 32] with f16 scales, public API, best of 15-20, three alternations: 1 row
+ * 4.0-5.1 -> 2.0 ms ([32, 1]: 1.8-1.9), 2 rows 5.6-5.7 -> 3.1-3.3 (2.6-2.75), 4 rows 11.7-14.5 ->
+ * 5.9-6.3 (5.4-5.5), 8 rows 17.1-17.5 -> 8.8-9.2 (8.5-8.8). */
 #define FQ2_TC 256
 
 static inline int col_fast(const ember__fq_job *jb) {
