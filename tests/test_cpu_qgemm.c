@@ -970,6 +970,92 @@ static void test_wide_same_bits(void) {
     ember_context_destroy(ctx[1]);
 }
 
+/* W8A8 quantizes each row of A as ember_quantize does with one block per row: the product is,
+ * bit for bit, the (Q,Q) product of A quantized per_block([1, k]) (a zero row included); a NaN in
+ * a row of A leaves the call to burn's float path, which gives that row NaN. The same for a float
+ * rhs, quantized per column. */
+static void test_w8a8_rows(void) {
+    ember_options o = ember_options_default();
+    o.enable_opencl = 0;
+    o.dynamic_activation_quant = 1;
+    ember_context *ctx = NULL;
+    TU_OK(ember_context_create(&o, &ctx));
+    const int64_t m = 9, k = 192, n = 96;
+    const ember_qscheme ws =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){64, 1});
+    ember_qscheme as =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){1, k});
+    as.block_scale = EMBER_SCALE_F32;
+    ember_tensor *w = mk_q(ctx, &ws, 2, (int64_t[]){k, n});
+    float *xs = malloc((size_t)(m * k) * sizeof(float)), *y1 = malloc((size_t)(m * n) * 4),
+          *y2 = malloc((size_t)(m * n) * 4);
+    CU_ASSERT_FATAL(xs && y1 && y2);
+    tu_rand_f32(&rng, xs, (size_t)(m * k), -1.5f, 1.5f);
+    for (int64_t kk = 0; kk < k; kk++)
+        xs[3 * k + kk] = 0.0f;
+    ember_tensor *x = NULL, *qa = NULL, *y = NULL, *yq = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x));
+    TU_OK(ember_quantize(x, &as, &qa));
+    TU_OK(ember_q_matmul(x, w, &y));
+    TU_OK(ember_q_matmul(qa, w, &yq));
+    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
+    TU_OK(ember_tensor_read(yq, y2, (size_t)(m * n) * 4));
+    CU_ASSERT(memcmp(y1, y2, (size_t)(m * n) * 4) == 0);
+    ember_tensor_free(y);
+    /* a NaN in row 2 */
+    xs[2 * k + 5] = NAN;
+    ember_tensor *xn = NULL;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &xn));
+    TU_OK(ember_q_matmul(xn, w, &y));
+    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
+    int nan_row = 1;
+    for (int64_t j = 0; j < n; j++)
+        nan_row &= isnan(y1[2 * n + j]) != 0;
+    CU_ASSERT(nan_row);
+    ember_tensor_free(y);
+    ember_tensor_free(yq);
+    /* (Q,F): the float rhs quantized per column, as per_block([k, 1]); a NaN in column 7 */
+    ember_qscheme bs =
+        ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){k, 1});
+    bs.block_scale = EMBER_SCALE_F32;
+    const ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
+    ember_tensor *qa2 = mk_q(ctx, &pt, 2, (int64_t[]){m, k}), *f = NULL, *qf = NULL, *fn = NULL;
+    float *fs = malloc((size_t)(k * n) * sizeof(float));
+    CU_ASSERT_FATAL(fs != NULL);
+    tu_rand_f32(&rng, fs, (size_t)(k * n), -1.0f, 1.0f);
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){k, n}, fs, &f));
+    TU_OK(ember_quantize(f, &bs, &qf));
+    TU_OK(ember_q_matmul(qa2, f, &y));
+    TU_OK(ember_q_matmul(qa2, qf, &yq));
+    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
+    TU_OK(ember_tensor_read(yq, y2, (size_t)(m * n) * 4));
+    CU_ASSERT(memcmp(y1, y2, (size_t)(m * n) * 4) == 0);
+    ember_tensor_free(y);
+    fs[11 * n + 7] = NAN;
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){k, n}, fs, &fn));
+    TU_OK(ember_q_matmul(qa2, fn, &y));
+    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
+    int nan_col = 1;
+    for (int64_t i = 0; i < m; i++)
+        nan_col &= isnan(y1[i * n + 7]) != 0;
+    CU_ASSERT(nan_col);
+    ember_tensor_free(y);
+    ember_tensor_free(yq);
+    ember_tensor_free(qa2);
+    ember_tensor_free(f);
+    ember_tensor_free(qf);
+    ember_tensor_free(fn);
+    free(fs);
+    ember_tensor_free(qa);
+    ember_tensor_free(x);
+    ember_tensor_free(xn);
+    ember_tensor_free(w);
+    free(xs);
+    free(y1);
+    free(y2);
+    ember_context_destroy(ctx);
+}
+
 /* (F,Q): burn's float path by default; W8A8 with dynamic_activation_quant (lossy) */
 static void test_dynamic_activation_quant(void) {
     ember_qscheme s =
@@ -2430,6 +2516,7 @@ int main(void) {
         {"wide weights: first call, cached call, thread counts, same bits", test_wide_same_bits},
         {"a first call that packs, allocation failures", test_first_pack_oom},
         {"dynamic activation quant (opt-in, lossy)", test_dynamic_activation_quant},
+        {"W8A8: A quantized per row, as ember_quantize; NaN rows", test_w8a8_rows},
         {"(F,Q): the fused float path", test_fq_fused},
         {"(F,Q) more than 64 rows: blocks of rows, each row's results as alone",
          test_fq_row_blocks},
