@@ -114,6 +114,25 @@ static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb
         __builtin_prefetch((const void *)l, 0, 3);
 }
 
+/* Fetch scales s0..s1 (ember__fq_scale_span) of the block rows that hold K rows [ka, kb) into L1.
+ * The kernels' column-block tables (a block per K row, [1, 32]) fetch the next K chunk's as they
+ * make a chunk's table: a block row's scales of a task lie on a line of their own, and fetched 16
+ * K rows ahead as the table's loop ran, they came too late (Zen 5, 4096 x 11008 Q4S [1, 32], 2
+ * threads, three alternations: 1 row 1.03-1.11 -> 0.84-0.95 ms, 4 rows 2.09-2.51 -> 1.99-2.06;
+ * with the scales kept in L1 by a wrong-result probe, 0.72-0.84; [32, 1]: 0.69-0.71). */
+static inline void ember__fq_scales_prefetch_rows(const ember__fq_job *jb, int64_t ka, int64_t kb,
+                                                  int64_t s0, int64_t s1) {
+    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2; /* f32, or f16 / bf16 */
+    if (kb > jb->k)
+        kb = jb->k;
+    for (int64_t b = ka / jb->bk; b * jb->bk < kb && s0 <= s1; b++) {
+        const uintptr_t a = (uintptr_t)jb->sc + (size_t)(b * jb->nbn + s0) * es;
+        const uintptr_t end = (uintptr_t)jb->sc + (size_t)(b * jb->nbn + s1 + 1) * es;
+        for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
+            __builtin_prefetch((const void *)l, 0, 3);
+    }
+}
+
 /* Columns [j0, j1) of the job (j0 a multiple of 64), every row (jb->m <= EMBER__FQ_MAX_ROWS: a
  * task's block of rows): portable C and AVX-512. */
 void ember__fq_cols_c(const ember__fq_job *jb, int64_t j0, int64_t j1);

@@ -461,7 +461,7 @@ static inline __attribute__((always_inline)) void scales16(const ember__fq_job *
  * past j1), the values ember__fq_scale gives, each block row's once: its scales of the task (at
  * most 16, consecutive) in two vectors, spread to the 16-column groups by permutes; through
  * ember__fq_scale where 16 scales from the first would run past the last block row's end. The
- * block row 16 K rows on is fetched ahead. */
+ * next chunk's block rows are fetched (ember__fq_scales_prefetch_rows). */
 static void col_table(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
                       float *tb) {
     int64_t s0, s1, off[16];
@@ -505,13 +505,13 @@ static void col_table(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t k
                 r0 = _mm256_load_ps(row);
                 r1 = _mm256_load_ps(row + 8);
             }
-            ember__fq_scales_prefetch(jb, kb, s0, s1);
             kb++;
             next = kb * jb->bk;
         }
         _mm256_store_ps(tb + (kk - k0) * 16, r0);
         _mm256_store_ps(tb + (kk - k0) * 16 + 8, r1);
     }
+    ember__fq_scales_prefetch_rows(jb, k1, k1 + (k1 - k0), s0, s1); /* the next chunk's */
 }
 
 /* cols() for col_fast weights and up to FQ2_MANY rows: K in chunks of FQ2_TC rows, each chunk's

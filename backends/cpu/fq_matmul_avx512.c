@@ -206,8 +206,8 @@ static inline int col_fast(const ember__fq_job *jb) {
 /* For K rows [k0, k1) and the task's columns [j0, j1) (at most 256, j0 a multiple of 16):
  * cs[(kk - k0) * 16 + u] = the effective scale of columns j0 + 16u onwards (0 for those past j1),
  * the values ember__fq_scale gives. Per block row: its scales of the task (at most 16, consecutive)
- * in one vector, spread to the 16-column groups by a permute. The scales of the block row 16 K
- * rows on are fetched ahead (ember__fq_scales_prefetch). */
+ * in one vector, spread to the 16-column groups by a permute. The next chunk's block rows are
+ * fetched (ember__fq_scales_prefetch_rows). */
 static void col_scales(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t k0, int64_t k1,
                        float *cs) {
     int64_t s0, s1;
@@ -226,12 +226,12 @@ static void col_scales(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t 
     for (int64_t kk = k0; kk < k1; kk++) {
         if (kk == next) {
             row = _mm512_maskz_permutexvar_ps(mu, vi, scales16(jb, kb * jb->nbn + s0, ms));
-            ember__fq_scales_prefetch(jb, kb, s0, s1);
             kb++;
             next = kb * jb->bk;
         }
         _mm512_store_ps(cs + (kk - k0) * 16, row);
     }
+    ember__fq_scales_prefetch_rows(jb, k1, k1 + (k1 - k0), s0, s1); /* the next chunk's */
 }
 
 /* rows [i0, i0 + R) x columns [j, j + 64) over K steps [k0, k1), sums from and back to acc (row
