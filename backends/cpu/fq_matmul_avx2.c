@@ -375,6 +375,35 @@ static inline __attribute__((always_inline)) void group_wbuf(const ember__fq_job
             _mm256_store_ps(acc + r * 32 + 8 * t, c[r][t]);
 }
 
+/* K rows [k0, k0 + nk) of a strip: its weights made once into wbuf (walk_row, as pass() makes
+ * them; tb: the strip's scales in a column-block table from K row k0, or NULL: the walk's), then
+ * every group of 3 rows on them, the sums from and back to acc (32 floats a row) */
+static inline __attribute__((always_inline)) void chunk_rows(const ember__fq_job *jb,
+                                                             strip_walk *sw, int64_t k0, int64_t nk,
+                                                             const int bits, const float *tb,
+                                                             float *wbuf, float *acc) {
+    for (int64_t kk = k0; kk < k0 + nk; kk++) {
+        __m256 w[4];
+        walk_row(jb, sw, kk, bits, 1, tb ? tb + (kk - k0) * 16 : NULL, w);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++)
+            _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t, w[t]);
+    }
+    for (int64_t i0 = 0; i0 < jb->m; i0 += 3) {
+        switch (jb->m - i0 >= 3 ? 3 : (int)(jb->m - i0)) {
+        case 3:
+            group_wbuf(jb, i0, 3, k0, nk, wbuf, acc + i0 * 32);
+            break;
+        case 2:
+            group_wbuf(jb, i0, 2, k0, nk, wbuf, acc + i0 * 32);
+            break;
+        default:
+            group_wbuf(jb, i0, 1, k0, nk, wbuf, acc + i0 * 32);
+            break;
+        }
+    }
+}
+
 /* every row (more than FQ2_MANY) x columns [j, j + 32) (nv of them valid), the whole K */
 static inline __attribute__((always_inline)) void strip_many(const ember__fq_job *jb, int64_t j,
                                                              int64_t nv, const int bits) {
@@ -386,26 +415,7 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
     memset(acc, 0, (size_t)m * 32 * sizeof(float));
     for (int64_t k0 = 0; k0 < k; k0 += FQ2_KC) {
         const int64_t nk = k - k0 < FQ2_KC ? k - k0 : FQ2_KC;
-        for (int64_t kk = k0; kk < k0 + nk; kk++) { /* the chunk's weights, as pass() makes them */
-            __m256 w[4];
-            walk_row(jb, &sw, kk, bits, 1, NULL, w);
-#pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t, w[t]);
-        }
-        for (int64_t i0 = 0; i0 < m; i0 += 3) {
-            switch (m - i0 >= 3 ? 3 : (int)(m - i0)) {
-            case 3:
-                group_wbuf(jb, i0, 3, k0, nk, wbuf, acc + i0 * 32);
-                break;
-            case 2:
-                group_wbuf(jb, i0, 2, k0, nk, wbuf, acc + i0 * 32);
-                break;
-            default:
-                group_wbuf(jb, i0, 1, k0, nk, wbuf, acc + i0 * 32);
-                break;
-            }
-        }
+        chunk_rows(jb, &sw, k0, nk, bits, NULL, wbuf, acc);
     }
     for (int64_t i = 0; i < m; i++) {
         __m256 c[4];
@@ -573,26 +583,7 @@ cols_table_many(const ember__fq_job *jb, int64_t j0, int64_t j1, const int bits)
             float *as = acc + st * m * 32;
             strip_walk sw;
             walk_init(jb, j, nv, &sw);
-            for (int64_t kk = k0; kk < k0 + nk; kk++) {
-                __m256 w[4];
-                walk_row(jb, &sw, kk, bits, 1, tb + (kk - k0) * 16 + 2 * st, w);
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; t++)
-                    _mm256_store_ps(wbuf + (kk - k0) * 32 + 8 * t, w[t]);
-            }
-            for (int64_t i0 = 0; i0 < m; i0 += 3) {
-                switch (m - i0 >= 3 ? 3 : (int)(m - i0)) {
-                case 3:
-                    group_wbuf(jb, i0, 3, k0, nk, wbuf, as + i0 * 32);
-                    break;
-                case 2:
-                    group_wbuf(jb, i0, 2, k0, nk, wbuf, as + i0 * 32);
-                    break;
-                default:
-                    group_wbuf(jb, i0, 1, k0, nk, wbuf, as + i0 * 32);
-                    break;
-                }
-            }
+            chunk_rows(jb, &sw, k0, nk, bits, tb + 2 * st, wbuf, as);
         }
     }
     for (int64_t st = 0; st < nstrips; st++) {
