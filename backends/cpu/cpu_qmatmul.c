@@ -389,6 +389,7 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     qcache *pc = NULL, *ptmp = NULL;
     int8_t *bq8 = NULL;
     float *bsc = NULL;
+    uint32_t *bmax = NULL; /* a float rhs's column maxima, as f32 bits */
     int created = 0;
     if (st == EMBER_OK && aq && bq && direct_first_call(b, m, nch)) {
         st = run_direct(s, g, a, b, effa, out, m, n, k, sa);
@@ -404,7 +405,8 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     if (st == EMBER_OK && !bq) {
         bq8 = ember__cpu_temp_get(s, (size_t)(k * n));
         bsc = ember__malloc((size_t)(nch * n) * sizeof(float));
-        if (!bq8 || !bsc)
+        bmax = ember__malloc((size_t)n * sizeof(uint32_t));
+        if (!bq8 || !bsc || !bmax)
             st = EMBER_ERR_OUT_OF_MEMORY;
     }
     if (st == EMBER_ERR_OUT_OF_MEMORY)
@@ -449,18 +451,17 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
         if (bq) {
             p = &pc->p[g->b_off[bi] / (k * n)];
         } else {
-            /* each column's largest magnitude (the quant tier's kernel, a row at a time, its bits
-             * in bsc's place; fmaxf passed over a NaN), its scale, then the values row by row */
+            /* each column's largest magnitude (the quant tier's kernel, a row at a time, as f32
+             * bits; fmaxf passed over a NaN), its scale, then the values row by row */
             const float *x = (const float *)b->buf + g->b_off[bi];
-            uint32_t *bm = (uint32_t *)(void *)bsc;
-            memset(bm, 0, (size_t)n * sizeof *bm);
+            memset(bmax, 0, (size_t)n * sizeof *bmax);
             for (int64_t kk = 0; kk < k; kk++)
-                qk->amax_acc(x + kk * n, (size_t)n, bm);
+                qk->amax_acc(x + kk * n, (size_t)n, bmax);
             for (int64_t j = 0; j < n; j++) {
-                if (bm[j] >= 0x7f800000u) /* NaN / Inf: burn's float path */
+                if (bmax[j] >= 0x7f800000u) /* NaN / Inf: burn's float path */
                     st = EMBER_ERR_QUANT_UNSUPPORTED;
                 float amax;
-                memcpy(&amax, &bm[j], sizeof amax);
+                memcpy(&amax, &bmax[j], sizeof amax);
                 bsc[j] = amax > 0.0f ? amax / 127.0f : 1.0f;
             }
             if (st != EMBER_OK) {
@@ -500,6 +501,7 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
     ember__free(sa);
     ember__cpu_temp_put(s, aq8);
     ember__cpu_temp_put(s, bq8);
+    ember__free(bmax);
     ember__free(bsc);
     return st;
 }

@@ -324,9 +324,10 @@ static void pack_b_task(void *varg, int64_t task, int thread) {
                 if (jp == j0 && c + SCALE_PFD < p->nch)
                     for (int64_t l = 0; l < nv; l += 16)
                         __builtin_prefetch(a->scales + (c + SCALE_PFD) * p->n + j0 + l, 0, 3);
-                ember__qscales32_avx512(a->scales + c * p->n + jp, p->n - jp, p->sb16,
-                                        p->sb16 ? (void *)((uint16_t *)p->sb + d)
-                                                : (void *)((float *)p->sb + d));
+                /* (a padding panel reads none: any address will do) */
+                ember__qscales32_avx512(
+                    jp < p->n ? a->scales + c * p->n + jp : a->scales, p->n - jp, p->sb16,
+                    p->sb16 ? (void *)((uint16_t *)p->sb + d) : (void *)((float *)p->sb + d));
                 continue;
             }
             for (int64_t jj = 0; jj < 32; jj++) {
