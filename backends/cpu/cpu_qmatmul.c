@@ -286,7 +286,9 @@ static ember_status run_direct(ember__cpu_state *s, const ember__gemm *g, const 
                                int64_t m, int64_t n, int64_t k, float *sa) {
     float *eff = ember__malloc(b->q.nscales * sizeof(float));
     float *sb = ember__malloc((size_t)n * sizeof(float));
-    ember_status st = eff && sb ? ember__qtensor_effective_scales(b, eff) : EMBER_ERR_OUT_OF_MEMORY;
+    ember_status st = eff && sb ? EMBER_OK : EMBER_ERR_OUT_OF_MEMORY;
+    if (st == EMBER_OK)
+        ember__cpu_effective_scales(s, b, eff);
     for (int64_t bi = 0; st == EMBER_OK && bi < g->batch; bi++) {
         const int8_t *rows = NULL;
         int8_t *own = NULL;
@@ -380,7 +382,10 @@ ember_status ember__cpu_q_matmul(void *state, int dev, const ember__gemm *g, con
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the lhs scales");
     if (aq) {
         effa = ember__malloc(a->q.nscales * sizeof(float));
-        st = effa ? ember__qtensor_effective_scales(a, effa) : EMBER_ERR_OUT_OF_MEMORY;
+        if (effa)
+            ember__cpu_effective_scales(s, a, effa);
+        else
+            st = EMBER_ERR_OUT_OF_MEMORY;
     } else { /* from the context's buffer cache: fresh heap pages fault in every call */
         aq8 = ember__cpu_temp_get(s, (size_t)(m * k));
         if (!aq8)

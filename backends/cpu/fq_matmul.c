@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../../quant/quant_impl.h"
+#include "cpu_quant.h"
 #include "fq_matmul.h"
 #include "qgemm.h"
 
@@ -140,11 +141,7 @@ ember_status ember__cpu_fq_matmul(ember__cpu_state *s, const ember__gemm *g, con
     if (!as_stored) {
         eff = ember__malloc(L->nscales * sizeof(float));
         EMBER_FAIL_IF(!eff, EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory for the rhs scales");
-        ember_status st = ember__qtensor_effective_scales(b, eff);
-        if (st != EMBER_OK) {
-            ember__free(eff);
-            return st;
-        }
+        ember__cpu_effective_scales(s, b, eff);
         sc = eff;
         sd = EMBER_SCALE_F32;
         two_level = 0;

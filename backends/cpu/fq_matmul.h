@@ -95,25 +95,6 @@ static inline void ember__fq_scale_span(const ember__fq_job *jb, int64_t j, int6
     *s1 = j1 < j ? *s0 - 1 : j1 / jb->bn;
 }
 
-/* Called as scale-block row kb starts: fetch scales s0..s1 (ember__fq_scale_span) of a later
- * block row (if there is one) into L1: the next one, or for blocks of fewer than 16 K rows the one
- * at least 16 K rows on (jb->pfb). A row of scales is n / bn scales long, so each block's lie on
- * lines of their own: loaded when the block starts, they missed the caches at every block (a
- * profile of 4 x 4096 x 11008, Q4S blocks of 32, put 38% of its samples right after the scale
- * loads). The SIMD kernels fetch the next block's as a block starts (bench/results/cpu.md,
- * nineteenth session); with a block per K row ([1, 32] blocks) the next row's came too late. */
-static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t s0,
-                                             int64_t s1) {
-    kb += jb->pfb;
-    if (kb * jb->bk >= jb->k || s1 < s0)
-        return;
-    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2; /* f32, or f16 / bf16 */
-    const uintptr_t a = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + s0) * es;
-    const uintptr_t end = (uintptr_t)jb->sc + (size_t)(kb * jb->nbn + s1 + 1) * es;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
-        __builtin_prefetch((const void *)l, 0, 3);
-}
-
 /* Fetch scales s0..s1 (ember__fq_scale_span) of the block rows that hold K rows [ka, kb) into L1.
  * The kernels' column-block tables (a block per K row, [1, 32]) fetch the next K chunk's as they
  * make a chunk's table: a block row's scales of a task lie on a line of their own, and fetched 16
@@ -131,6 +112,19 @@ static inline void ember__fq_scales_prefetch_rows(const ember__fq_job *jb, int64
         for (uintptr_t l = a & ~(uintptr_t)63; l < end; l += 64)
             __builtin_prefetch((const void *)l, 0, 3);
     }
+}
+
+/* Called as scale-block row kb starts: fetch scales s0..s1 (ember__fq_scale_span) of a later
+ * block row (if there is one) into L1: the next one, or for blocks of fewer than 16 K rows the one
+ * at least 16 K rows on (jb->pfb). A row of scales is n / bn scales long, so each block's lie on
+ * lines of their own: loaded when the block starts, they missed the caches at every block (a
+ * profile of 4 x 4096 x 11008, Q4S blocks of 32, put 38% of its samples right after the scale
+ * loads). The SIMD kernels fetch the next block's as a block starts (bench/results/cpu.md,
+ * nineteenth session); with a block per K row ([1, 32] blocks) the next row's came too late. */
+static inline void ember__fq_scales_prefetch(const ember__fq_job *jb, int64_t kb, int64_t s0,
+                                             int64_t s1) {
+    const int64_t k0 = (kb + jb->pfb) * jb->bk; /* that block row's first K row */
+    ember__fq_scales_prefetch_rows(jb, k0, k0 + 1, s0, s1);
 }
 
 /* Columns [j0, j1) of the job (j0 a multiple of 64), every row (jb->m <= EMBER__FQ_MAX_ROWS: a

@@ -47,6 +47,32 @@ block_scales4(const ember__fq_job *jb, int64_t e0, int64_t nv, const strip_sc *s
         sb[t] = sb[t + 1] = 8 * t < nv ? ember__fq_scale(jb, e0 + ss->off[t]) : 0.0f;
 }
 
+/* 16 effective scales from index i of the job's scales as f32, 8 in *lo and 8 in *hi (all 16 are
+ * read: the caller keeps i + 16 within the scales) */
+static inline __attribute__((always_inline)) void scales16(const ember__fq_job *jb, int64_t i,
+                                                           __m256 *lo, __m256 *hi) {
+    if (jb->sd == EMBER_SCALE_F32) {
+        const float *p = (const float *)jb->sc + i;
+        *lo = _mm256_loadu_ps(p);
+        *hi = _mm256_loadu_ps(p + 8);
+    } else {
+        const uint16_t *p = (const uint16_t *)jb->sc + i;
+        const __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)p),
+                      h1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 8));
+        if (jb->sd == EMBER_SCALE_F16) {
+            *lo = _mm256_cvtph_ps(h0);
+            *hi = _mm256_cvtph_ps(h1);
+        } else { /* bf16: the upper half of an f32 */
+            *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+            *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+        }
+    }
+    if (jb->two_level) {
+        *lo = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *lo);
+        *hi = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *hi);
+    }
+}
+
 /* the scales of columns [j, j + 32) for scale-block row kb (lanes past n: 0), into sb; the next
  * block's are fetched into L1 (each block's scales sit on lines of their own, which missed the
  * caches at every block start; fq_matmul.h, ember__fq_scales_prefetch). Zen 5 capped at avx2, 4096
@@ -59,25 +85,16 @@ static inline __attribute__((always_inline)) void scales32(const ember__fq_job *
                                                            const strip_sc *ss) {
     const int64_t e0 = kb * jb->nbn;
     ember__fq_scales_prefetch(jb, kb, ss->s0, ss->s1);
-    const size_t es = jb->sd == EMBER_SCALE_F32 ? 4 : 2;
     if (jb->bn != 1) {
         block_scales4(jb, e0, nv, ss, sb);
         return;
     }
-    if (nv >= 32) { /* a scale per column, 32 of them: eight at a time */
-        const uint8_t *p = (const uint8_t *)jb->sc + (size_t)(e0 + j) * es;
-        for (int t = 0; t < 4; t++) {
-            __m256 v;
-            if (jb->sd == EMBER_SCALE_F32)
-                v = _mm256_loadu_ps((const float *)(const void *)p + 8 * t);
-            else if (jb->sd == EMBER_SCALE_F16)
-                v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16 * t)));
-            else /* bf16: the upper half of an f32 */
-                v = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 16 * t))), 16));
-            if (jb->two_level)
-                v = _mm256_mul_ps(_mm256_set1_ps(jb->glob), v);
-            _mm256_store_ps(sb + 8 * t, v);
+    if (nv >= 32) { /* a scale per column, 32 of them: sixteen at a time */
+        for (int h = 0; h < 2; h++) {
+            __m256 lo, hi;
+            scales16(jb, e0 + j + 16 * h, &lo, &hi);
+            _mm256_store_ps(sb + 16 * h, lo);
+            _mm256_store_ps(sb + 16 * h + 8, hi);
         }
         return;
     }
@@ -438,32 +455,6 @@ static inline __attribute__((always_inline)) void strip_many(const ember__fq_job
 
 static inline int col_fast(const ember__fq_job *jb) {
     return jb->bn > 1 && jb->bn < jb->n && jb->bn % 16 == 0;
-}
-
-/* 16 effective scales from index i of the job's scales as f32, 8 in *lo and 8 in *hi (all 16 are
- * read: the caller keeps i + 16 within the scales) */
-static inline __attribute__((always_inline)) void scales16(const ember__fq_job *jb, int64_t i,
-                                                           __m256 *lo, __m256 *hi) {
-    if (jb->sd == EMBER_SCALE_F32) {
-        const float *p = (const float *)jb->sc + i;
-        *lo = _mm256_loadu_ps(p);
-        *hi = _mm256_loadu_ps(p + 8);
-    } else {
-        const uint16_t *p = (const uint16_t *)jb->sc + i;
-        const __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)p),
-                      h1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 8));
-        if (jb->sd == EMBER_SCALE_F16) {
-            *lo = _mm256_cvtph_ps(h0);
-            *hi = _mm256_cvtph_ps(h1);
-        } else { /* bf16: the upper half of an f32 */
-            *lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
-            *hi = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
-        }
-    }
-    if (jb->two_level) {
-        *lo = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *lo);
-        *hi = _mm256_mul_ps(_mm256_set1_ps(jb->glob), *hi);
-    }
 }
 
 /* For K rows [k0, k1) and the task's columns [j0, j1) (at most EMBER__FQ_TASK_COLS, j0 a multiple
