@@ -970,6 +970,40 @@ static void test_wide_same_bits(void) {
     ember_context_destroy(ctx[1]);
 }
 
+/* 1 when l1 x r1 and l2 x r2 (cells floats each) come out the same, bit for bit */
+static int same_products(ember_tensor *l1, ember_tensor *r1, ember_tensor *l2, ember_tensor *r2,
+                         size_t cells) {
+    ember_tensor *y1 = NULL, *y2 = NULL;
+    float *o1 = malloc(cells * 4), *o2 = malloc(cells * 4);
+    CU_ASSERT_FATAL(o1 && o2);
+    TU_OK(ember_q_matmul(l1, r1, &y1));
+    TU_OK(ember_q_matmul(l2, r2, &y2));
+    TU_OK(ember_tensor_read(y1, o1, cells * 4));
+    TU_OK(ember_tensor_read(y2, o2, cells * 4));
+    const int same = memcmp(o1, o2, cells * 4) == 0;
+    ember_tensor_free(y1);
+    ember_tensor_free(y2);
+    free(o1);
+    free(o2);
+    return same;
+}
+
+/* 1 when l x r ([m, n]) is NaN at each of count cells from first, step apart */
+static int nan_cells(ember_tensor *l, ember_tensor *r, int64_t m, int64_t n, int64_t first,
+                     int64_t step, int64_t count) {
+    ember_tensor *y = NULL;
+    float *o = malloc((size_t)(m * n) * 4);
+    CU_ASSERT_FATAL(o != NULL);
+    TU_OK(ember_q_matmul(l, r, &y));
+    TU_OK(ember_tensor_read(y, o, (size_t)(m * n) * 4));
+    int all = 1;
+    for (int64_t c = 0; c < count; c++)
+        all &= isnan(o[first + c * step]) != 0;
+    ember_tensor_free(y);
+    free(o);
+    return all;
+}
+
 /* W8A8 quantizes each row of A as ember_quantize does with one block per row: the product is,
  * bit for bit, the (Q,Q) product of A quantized per_block([1, k]) (a zero row included); a NaN in
  * a row of A leaves the call to burn's float path, which gives that row NaN. The same for a float
@@ -983,76 +1017,40 @@ static void test_w8a8_rows(void) {
     const int64_t m = 9, k = 192, n = 96;
     const ember_qscheme ws =
         ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){64, 1});
+    const ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
     ember_qscheme as =
         ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){1, k});
-    as.block_scale = EMBER_SCALE_F32;
-    ember_tensor *w = mk_q(ctx, &ws, 2, (int64_t[]){k, n});
-    float *xs = malloc((size_t)(m * k) * sizeof(float)), *y1 = malloc((size_t)(m * n) * 4),
-          *y2 = malloc((size_t)(m * n) * 4);
-    CU_ASSERT_FATAL(xs && y1 && y2);
-    tu_rand_f32(&rng, xs, (size_t)(m * k), -1.5f, 1.5f);
-    for (int64_t kk = 0; kk < k; kk++)
-        xs[3 * k + kk] = 0.0f;
-    ember_tensor *x = NULL, *qa = NULL, *y = NULL, *yq = NULL;
-    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x));
-    TU_OK(ember_quantize(x, &as, &qa));
-    TU_OK(ember_q_matmul(x, w, &y));
-    TU_OK(ember_q_matmul(qa, w, &yq));
-    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
-    TU_OK(ember_tensor_read(yq, y2, (size_t)(m * n) * 4));
-    CU_ASSERT(memcmp(y1, y2, (size_t)(m * n) * 4) == 0);
-    ember_tensor_free(y);
-    /* a NaN in row 2 */
-    xs[2 * k + 5] = NAN;
-    ember_tensor *xn = NULL;
-    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &xn));
-    TU_OK(ember_q_matmul(xn, w, &y));
-    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
-    int nan_row = 1;
-    for (int64_t j = 0; j < n; j++)
-        nan_row &= isnan(y1[2 * n + j]) != 0;
-    CU_ASSERT(nan_row);
-    ember_tensor_free(y);
-    ember_tensor_free(yq);
-    /* (Q,F): the float rhs quantized per column, as per_block([k, 1]); a NaN in column 7 */
     ember_qscheme bs =
         ember_qscheme_per_block(EMBER_Q8S, EMBER_QSTORE_NATIVE, 2, (int64_t[]){k, 1});
-    bs.block_scale = EMBER_SCALE_F32;
-    const ember_qscheme pt = ember_qscheme_per_tensor(EMBER_Q8S, EMBER_QSTORE_NATIVE);
-    ember_tensor *qa2 = mk_q(ctx, &pt, 2, (int64_t[]){m, k}), *f = NULL, *qf = NULL, *fn = NULL;
-    float *fs = malloc((size_t)(k * n) * sizeof(float));
-    CU_ASSERT_FATAL(fs != NULL);
+    as.block_scale = bs.block_scale = EMBER_SCALE_F32;
+    ember_tensor *w = mk_q(ctx, &ws, 2, (int64_t[]){k, n}),
+                 *qa2 = mk_q(ctx, &pt, 2, (int64_t[]){m, k});
+    float *xs = malloc((size_t)(m * k) * sizeof(float)), *fs = malloc((size_t)(k * n) * 4);
+    CU_ASSERT_FATAL(xs && fs);
+    tu_rand_f32(&rng, xs, (size_t)(m * k), -1.5f, 1.5f);
     tu_rand_f32(&rng, fs, (size_t)(k * n), -1.0f, 1.0f);
+    for (int64_t kk = 0; kk < k; kk++)
+        xs[3 * k + kk] = 0.0f;
+    ember_tensor *x = NULL, *qa = NULL, *xn = NULL, *f = NULL, *qf = NULL, *fn = NULL;
+    /* (F,Q): A per row */
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &x));
+    TU_OK(ember_quantize(x, &as, &qa));
+    CU_ASSERT(same_products(x, w, qa, w, (size_t)(m * n)));
+    xs[2 * k + 5] = NAN; /* a NaN in row 2 */
+    TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){m, k}, xs, &xn));
+    CU_ASSERT(nan_cells(xn, w, m, n, 2 * n, 1, n));
+    /* (Q,F): the float rhs per column, as per_block([k, 1]); a NaN in column 7 */
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){k, n}, fs, &f));
     TU_OK(ember_quantize(f, &bs, &qf));
-    TU_OK(ember_q_matmul(qa2, f, &y));
-    TU_OK(ember_q_matmul(qa2, qf, &yq));
-    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
-    TU_OK(ember_tensor_read(yq, y2, (size_t)(m * n) * 4));
-    CU_ASSERT(memcmp(y1, y2, (size_t)(m * n) * 4) == 0);
-    ember_tensor_free(y);
+    CU_ASSERT(same_products(qa2, f, qa2, qf, (size_t)(m * n)));
     fs[11 * n + 7] = NAN;
     TU_OK(ember_tensor_from_data(ctx, TU_CPU, EMBER_F32, 2, (int64_t[]){k, n}, fs, &fn));
-    TU_OK(ember_q_matmul(qa2, fn, &y));
-    TU_OK(ember_tensor_read(y, y1, (size_t)(m * n) * 4));
-    int nan_col = 1;
-    for (int64_t i = 0; i < m; i++)
-        nan_col &= isnan(y1[i * n + 7]) != 0;
-    CU_ASSERT(nan_col);
-    ember_tensor_free(y);
-    ember_tensor_free(yq);
-    ember_tensor_free(qa2);
-    ember_tensor_free(f);
-    ember_tensor_free(qf);
-    ember_tensor_free(fn);
-    free(fs);
-    ember_tensor_free(qa);
-    ember_tensor_free(x);
-    ember_tensor_free(xn);
-    ember_tensor_free(w);
+    CU_ASSERT(nan_cells(qa2, fn, m, n, 7, n, m));
+    ember_tensor *all[] = {w, qa2, x, qa, xn, f, qf, fn};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        ember_tensor_free(all[i]);
     free(xs);
-    free(y1);
-    free(y2);
+    free(fs);
     ember_context_destroy(ctx);
 }
 
