@@ -503,14 +503,16 @@ static void test_tiers(void) {
 /* the unpacked kernels of small first calls (AMX for 2..128 rows, AVX-512 VNNI for 1..16): exact
  * int32 and the scales, on the context's tier (AMX where there is one) and capped to VNNI */
 static int direct_cases(ember__cpu_state *s) {
-    /* n 9000: a task wider than the kernels' 2048-column pass; k 301: chunks of 32 / 64 and a
-     * partial group of 4 / tile of 64; n 130: a partial piece of 64; m 17 and 32: two row halves
-     * on AMX; 33..128: blocks of 32, the last padded */
-    static const int64_t ms[] = {1, 3, 8, 16, 17, 32, 33, 70, 128},
+    /* n 9000: a task wider than the kernels' 2048-column pass; k 301: three chunks of up to 128
+     * rows and a partial group of 4 / tile of 64; n 130: a partial piece of 64; m 17 and 32: two
+     * row halves
+     * on AMX; 33..128: blocks of 32, the last padded. VNNI takes rows in groups of up to 6, as
+     * even as they come: 1, 2, 3, 4 + 4 (8), 3 + 4 (7), 4 + 4 + 5 (13), 5 + 5 + 6 (16) */
+    static const int64_t ms[] = {1, 2, 3, 7, 8, 13, 16, 17, 32, 33, 70, 128},
                          ns[] = {1, 17, 64, 100, 130, 4200, 9000},
                          ks[] = {1, 2, 7, 64, 65, 301, 600};
     int ran = 0;
-    for (size_t a = 0; a < 9; a++)
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
         for (size_t b = 0; b < 7; b++)
             for (size_t c = 0; c < 7; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;

@@ -667,12 +667,26 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
  * at a time from left to right (four sequential streams the hardware prefetchers follow; column
  * strips of 64 bytes a row, one page each, ran at half the bandwidth), interleaved in registers
  * into groups of 4 k per column, biased to unsigned (the layout VPDPBUSD takes) and staged in a
- * per-thread buffer; then every 4-row group of A multiplies the staged chunk with VPDPBUSD (biased
- * B x a broadcast of 4 signed A bytes), its sums carried between chunks in a second per-thread
- * buffer. The bias comes off once at the end (128 x the row's sum). The interleave leaves in lane
- * L of register q the columns 16L + 4q .. 16L + 4q + 3; a 4 x 4 transpose of 128-bit lanes
- * restores the order once per output block. */
-#define DIRECT_KC 32
+ * per-thread buffer, each 64-column piece's groups one after the other; then every group of up
+ * to 6 rows of A multiplies a staged piece with VPDPBUSD (biased B x a broadcast of 4 signed A
+ * bytes), its sums carried between chunks in a second per-thread buffer, also piece by piece
+ * ([piece][row][64]). The bias comes off once at the end (128 x the row's sum). The interleave
+ * leaves in lane L of register q the columns 16L + 4q .. 16L + 4q + 3; a 4 x 4 transpose of
+ * 128-bit lanes restores the order once per output block.
+ * Until 2026-12-01 both buffers were laid out group-major and row-major: a piece's staged groups
+ * lay 8 KiB apart and its rows' sums too (a pass of 2048 columns), all in the same L1 sets, and
+ * more of them than the ways; the rows went in groups of 4 and the chunks were 32 rows deep.
+ * The multiply ran at a third of the cached kernel's rate, so that from 8 rows the first call
+ * was slower than packing B would have been (bench_qgemm, Zen 5, VNNI tier, 2 threads, e_q8
+ * first call at M x 4096^2, GOPS: 4 rows 259, 8 rows 332, 12 rows 297, 16 rows 295, and 17 rows,
+ * which pack, 585). In a harness (first calls after 32 MiB written, medians of 15, 16 rows):
+ * 275 -> 488-497 with piece-major buffers, 553-565 with chunks of 64 rows too, 637-640 with
+ * chunks of 128 (fewer round trips of the sums). bench_qgemm with all three, one run each: 8
+ * rows 486, 12 rows 546, 13 rows 282 -> 679, 16 rows 712, 16 x 4096 x 11008 283 -> 635 (oneDNN
+ * without reorder beside them: 237, 267, 382, 456, 367). Taking 17-32 rows here too read level with
+ * packing (20 rows 735 against 639, 24 rows 756 against 704, 32 rows 882 against 875): not taken.
+ */
+#define DIRECT_KC 128
 #define DIRECT_PFD 4
 
 /* 4 rows of 64 int8 (rows past K are zero) -> 4 interleaved registers at dst, biased to unsigned
@@ -689,9 +703,10 @@ EMBER__INLINE void direct_stage4(__m512i r0, __m512i r1, __m512i r2, __m512i r3,
         _mm512_store_si512(dst + 64 * q, bias ? _mm512_xor_si512(x[q], b) : x[q]);
 }
 
-/* the group of 4 rows [kk, kk + 4) of the jn columns from jt -> dst (256 bytes a piece of 64) */
+/* the group of 4 rows [kk, kk + 4) of the jn columns from jt -> dst: 256 bytes a piece of 64
+ * columns, piece pc at dst + pc * pstride */
 EMBER__INLINE void direct_stage_group(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
-                                      uint8_t *dst, const int bias) {
+                                      uint8_t *dst, int64_t pstride, const int bias) {
     const int64_t ldb = d->ldb, k = d->k;
     const int8_t *r0 = d->b + kk * ldb + jt;
     int64_t nfull = jn / 64;
@@ -709,7 +724,7 @@ EMBER__INLINE void direct_stage_group(const ember__qdirect *d, int64_t kk, int64
             }
             direct_stage4(_mm512_loadu_si512(r0 + o), _mm512_loadu_si512(r0 + ldb + o),
                           _mm512_loadu_si512(r0 + 2 * ldb + o),
-                          _mm512_loadu_si512(r0 + 3 * ldb + o), dst + pc * 256, bias);
+                          _mm512_loadu_si512(r0 + 3 * ldb + o), dst + pc * pstride, bias);
         }
     } else {
         nfull = 0; /* the last, partial group (or one past K): every piece takes the path below */
@@ -721,13 +736,13 @@ EMBER__INLINE void direct_stage_group(const ember__qdirect *d, int64_t kk, int64
         for (int q = 0; q < 4; q++)
             r[q] = kk + q < k ? _mm512_maskz_loadu_epi8(lm, r0 + q * ldb + pc * 64)
                               : _mm512_setzero_si512();
-        direct_stage4(r[0], r[1], r[2], r[3], dst + pc * 256, bias);
+        direct_stage4(r[0], r[1], r[2], r[3], dst + pc * pstride, bias);
     }
 }
 
 void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
                           uint8_t *dst) {
-    direct_stage_group(d, kk, jt, jn, dst, 0);
+    direct_stage_group(d, kk, jt, jn, dst, 256, 0);
 }
 
 /* Lanes back in order: x[q] holds in lane L the columns 16L + 4q .. 16L + 4q + 3; out[c] gets
@@ -743,103 +758,105 @@ void ember__qdirect_order(const __m512i x[4], __m512i out[4]) {
     out[3] = _mm512_shuffle_i64x2(t1, t3, 0xdd);
 }
 
-/* rows [i, i + MR) x the 64 columns of piece pc: ng groups of 4 k of the staged chunk st (stride
- * gs bytes a group) from kk; sums in acc (stride EMBER__DIRECT_W a row) */
-EMBER__INLINE void direct_rows(const ember__qdirect *d, const uint8_t *st, int64_t gs,
-                               int32_t *acc0, int64_t i, int pc, int64_t kk, int64_t ng, int first,
-                               const int MR) {
-    __m512i acc[4][4];
-#pragma GCC unroll 4
+/* rows [i, i + MR) x one piece of 64 columns: its ng staged groups of 4 k at sp (256 bytes a
+ * group) from kk; the piece's sums in acc (64 a row, row i at acc + 64 i) */
+EMBER__INLINE void direct_rows(const ember__qdirect *d, const uint8_t *sp, int32_t *acc, int64_t i,
+                               int64_t kk, int64_t ng, int first, const int MR) {
+    __m512i c[6][4];
+#pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
-            acc[r][q] =
-                first ? _mm512_setzero_si512()
-                      : _mm512_load_si512(acc0 + (i + r) * EMBER__DIRECT_W + pc * 64 + q * 16);
-    const uint8_t *a0 = (const uint8_t *)d->a + kk;
-    const uint8_t *s = st + pc * 256;
-    for (int64_t g = 0; g < ng; g++, s += gs) {
-        __m512i b0 = _mm512_load_si512(s), b1 = _mm512_load_si512(s + 64);
-        __m512i b2 = _mm512_load_si512(s + 128), b3 = _mm512_load_si512(s + 192);
-#pragma GCC unroll 4
+            c[r][q] =
+                first ? _mm512_setzero_si512() : _mm512_load_si512(acc + (i + r) * 64 + q * 16);
+    const uint8_t *a0 = (const uint8_t *)d->a + i * d->lda + kk;
+    for (int64_t g = 0; g < ng; g++, sp += 256) {
+        const __m512i b0 = _mm512_load_si512(sp), b1 = _mm512_load_si512(sp + 64);
+        const __m512i b2 = _mm512_load_si512(sp + 128), b3 = _mm512_load_si512(sp + 192);
+#pragma GCC unroll 6
         for (int r = 0; r < MR; r++) {
             int32_t av;
-            __builtin_memcpy(&av, a0 + (i + r) * d->lda + 4 * g, 4);
+            __builtin_memcpy(&av, a0 + r * d->lda + 4 * g, 4);
             const __m512i x = _mm512_set1_epi32(av);
-            acc[r][0] = dpb(acc[r][0], b0, x);
-            acc[r][1] = dpb(acc[r][1], b1, x);
-            acc[r][2] = dpb(acc[r][2], b2, x);
-            acc[r][3] = dpb(acc[r][3], b3, x);
+            c[r][0] = dpb(c[r][0], b0, x);
+            c[r][1] = dpb(c[r][1], b1, x);
+            c[r][2] = dpb(c[r][2], b2, x);
+            c[r][3] = dpb(c[r][3], b3, x);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < MR; r++)
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
-            _mm512_store_si512(acc0 + (i + r) * EMBER__DIRECT_W + pc * 64 + q * 16, acc[r][q]);
+            _mm512_store_si512(acc + (i + r) * 64 + q * 16, c[r][q]);
 }
 
 #define DIRECT_ROWS(MR)                                                                            \
-    static void drows##MR(const ember__qdirect *d, const uint8_t *st, int64_t gs, int32_t *acc0,   \
-                          int64_t i, int pc, int64_t kk, int64_t ng, int first) {                  \
-        direct_rows(d, st, gs, acc0, i, pc, kk, ng, first, MR);                                    \
+    static void drows##MR(const ember__qdirect *d, const uint8_t *sp, int32_t *acc, int64_t i,     \
+                          int64_t kk, int64_t ng, int first) {                                     \
+        direct_rows(d, sp, acc, i, kk, ng, first, MR);                                             \
     }
 DIRECT_ROWS(1)
 DIRECT_ROWS(2)
 DIRECT_ROWS(3)
 DIRECT_ROWS(4)
+DIRECT_ROWS(5)
+DIRECT_ROWS(6)
 
 size_t ember__qdirect_work_bytes(void) {
     return (size_t)DIRECT_KC * EMBER__DIRECT_W + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
 }
 
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
-    static void (*const fns[5])(const ember__qdirect *, const uint8_t *, int64_t, int32_t *,
-                                int64_t, int, int64_t, int64_t,
-                                int) = {NULL, drows1, drows2, drows3, drows4};
-    int32_t *acc = work; /* [EMBER__DIRECT_M][EMBER__DIRECT_W] */
+    static void (*const fns[7])(const ember__qdirect *, const uint8_t *, int32_t *, int64_t,
+                                int64_t, int64_t,
+                                int) = {NULL, drows1, drows2, drows3, drows4, drows5, drows6};
+    int32_t *acc = work; /* [piece][EMBER__DIRECT_M][64] */
     uint8_t *st = (uint8_t *)work + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
     if (j1 > d->n)
         j1 = d->n;
-    const int64_t k = d->k;
+    const int64_t k = d->k, m = d->m;
+    /* rows in groups of at most 6, as even as they come (16: 6, 5, 5) */
+    const int64_t ngr = (m + 5) / 6;
     for (int64_t jt = j0; jt < j1; jt += EMBER__DIRECT_W) {
         const int64_t jn = j1 - jt < EMBER__DIRECT_W ? j1 - jt : EMBER__DIRECT_W;
         const int npc = (int)((jn + 63) / 64);
-        const int64_t gs = (int64_t)npc * 256; /* staged bytes per group of 4 k */
         for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
             const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
+            const int64_t ps = ng * 256; /* staged bytes a piece */
             for (int64_t g = 0; g < ng; g++)
-                direct_stage_group(d, kc + 4 * g, jt, jn, st + g * gs, 1);
+                direct_stage_group(d, kc + 4 * g, jt, jn, st + g * 256, ps, 1);
             for (int pc = 0; pc < npc; pc++)
-                for (int64_t i = 0; i < d->m;) {
-                    const int mr = d->m - i >= 4 ? 4 : (int)(d->m - i);
-                    fns[mr](d, st, gs, acc, i, pc, kc, ng, kc == 0);
+                for (int64_t gr = 0, i = 0; gr < ngr; gr++) {
+                    const int mr = (int)((m * (gr + 1)) / ngr - i);
+                    fns[mr](d, st + pc * ps, acc + (size_t)pc * EMBER__DIRECT_M * 64, i, kc, ng,
+                            kc == 0);
                     i += mr;
                 }
         }
         /* the bias off, the lanes back in order, scaled or exact out */
-        for (int64_t i = 0; i < d->m; i++) {
+        for (int64_t i = 0; i < m; i++) {
             const __m512i corr = _mm512_set1_epi32(128 * d->rs[i]);
             const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
             for (int pc = 0; pc < npc; pc++) {
-                const int32_t *s = acc + i * EMBER__DIRECT_W + pc * 64;
+                const int32_t *s = acc + ((int64_t)pc * EMBER__DIRECT_M + i) * 64;
                 const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + 16),
                                       _mm512_load_si512(s + 32), _mm512_load_si512(s + 48)};
                 __m512i o[4];
                 ember__qdirect_order(x, o);
                 for (int q = 0; q < 4; q++) {
                     const int64_t j = jt + pc * 64 + q * 16;
-                    const __mmask16 m = ember__tail_mask16(j1 - j);
-                    if (!m)
+                    const __mmask16 msk = ember__tail_mask16(j1 - j);
+                    if (!msk)
                         break;
                     const __m512i v = _mm512_sub_epi32(o[q], corr);
                     if (d->c32) {
-                        _mm512_mask_storeu_epi32(d->c32 + i * d->ldc + j, m, v);
+                        _mm512_mask_storeu_epi32(d->c32 + i * d->ldc + j, msk, v);
                         continue;
                     }
-                    const __m512 sc = _mm512_mul_ps(sar, d->sb ? _mm512_maskz_loadu_ps(m, d->sb + j)
-                                                               : _mm512_set1_ps(1.0f));
-                    _mm512_mask_storeu_ps(d->c + i * d->ldc + j, m,
+                    const __m512 sc = _mm512_mul_ps(
+                        sar, d->sb ? _mm512_maskz_loadu_ps(msk, d->sb + j) : _mm512_set1_ps(1.0f));
+                    _mm512_mask_storeu_ps(d->c + i * d->ldc + j, msk,
                                           _mm512_mul_ps(_mm512_cvtepi32_ps(v), sc));
                 }
             }
