@@ -510,16 +510,17 @@ static int direct_cases(ember__cpu_state *s) {
      * even as they come: 1, 2, 3, 4 + 4 (8), 3 + 4 (7), 4 + 4 + 5 (13), 5 + 5 + 6 (16) */
     static const int64_t ms[] = {1, 2, 3, 7, 8, 13, 16, 17, 32, 33, 70, 128},
                          ns[] = {1, 17, 64, 100, 130, 4200, 9000},
-                         ks[] = {1, 2, 7, 64, 65, 301, 600};
+                         ks[] = {1, 2, 7, 64, 65, 301, 600, 4096};
     int ran = 0;
     for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
         for (size_t b = 0; b < 7; b++)
-            for (size_t c = 0; c < 7; c++) {
+            for (size_t c = 0; c < 8; c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c], lda = k + 3, ldb = n + 5;
                 if ((n > 1000 && (k > 65 || (k == 65 && m != 70) || (m > 32 && m != 70))) ||
-                    (k > 301 && m < 33))
+                    (k == 600 && m < 33) || (k == 4096 && (n != 100 || (m != 8 && m != 70))))
                     continue; /* k 600: over 32 rows, two chunks of 512; n 4200 and 9000 at
-                                 k 65 once (a partial tile, several tasks) */
+                                 k 65 once (a partial tile, several tasks); k 4096 (AMX pads
+                                 A's rows off the 4 KiB multiple) at 8 and 70 rows */
                 int8_t *A = malloc((size_t)(m * lda)), *B = malloc((size_t)(k * ldb));
                 int32_t *C = malloc((size_t)(m * n) * 4);
                 float *F = malloc((size_t)(m * n) * 4), sa[128], *sb = malloc((size_t)n * 4);

@@ -1073,8 +1073,10 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     const int64_t ntasks = (n + nb - 1) / nb;
     const int64_t nw = ntasks < nt ? ntasks : nt; /* buffers: one a thread at work */
     const int64_t k4 = round_up(k, amx ? 64 : 4);
+    /* AMX loads 16 rows of A a tile: rows a multiple of 4 KiB apart would all fall in one L1 set */
+    const int64_t lda4 = amx && k4 % 4096 == 0 ? k4 + 64 : k4;
     const int64_t mrows = amx && m > 32 ? round_up(m, 32) : m; /* AMX: whole 32-row blocks */
-    const size_t abytes = round_up64((size_t)(mrows * k4)), rbytes = round_up64((size_t)m * 4);
+    const size_t abytes = round_up64((size_t)(mrows * lda4)), rbytes = round_up64((size_t)m * 4);
     const size_t wbytes =
         round_up64(amx ? ember__qdirect_amx_work_bytes() : ember__qdirect_work_bytes());
     const size_t total = abytes + rbytes + wbytes * (size_t)nw;
@@ -1085,12 +1087,12 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     int8_t *ap = (int8_t *)mem;
     int32_t *rs = (int32_t *)(mem + abytes);
     for (int64_t i = 0; i < m; i++) {
-        memcpy(ap + i * k4, A + i * lda, (size_t)k);
-        memset(ap + i * k4 + k, 0, (size_t)(k4 - k));
+        memcpy(ap + i * lda4, A + i * lda, (size_t)k);
+        memset(ap + i * lda4 + k, 0, (size_t)(lda4 - k));
         rs[i] = amx ? 0 : sum_s8(A + i * lda, k); /* AMX multiplies signed B: no bias */
     }
-    memset(ap + m * k4, 0, (size_t)((mrows - m) * k4));
-    ember__qdirect d = {m, n, k, ap, B, k4, ldb, sa, sb, C, C32, ldc, rs};
+    memset(ap + m * lda4, 0, (size_t)((mrows - m) * lda4));
+    ember__qdirect d = {m, n, k, ap, B, lda4, ldb, sa, sb, C, C32, ldc, rs};
     slot_map slots;
     slots_init(&slots);
     direct_arg a = {&d, nb, amx, mem + abytes + rbytes, wbytes, &slots};

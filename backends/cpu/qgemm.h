@@ -149,10 +149,10 @@ size_t ember__qdirect_work_bytes(void);
 void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *work);
 size_t ember__qdirect_amx_work_bytes(void);
 /* shared by both (qgemm_avx512.c): the 4 rows [kk, kk + 4) of B's columns [jt, jt + jn) into
- * dst, 256 bytes a piece of 64 columns, interleaved in groups of 4 k, signed; and the column order
- * of a piece's four interleaved registers restored */
-void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
-                          uint8_t *dst);
+ * dst, 256 bytes a piece of 64 columns (piece p at dst + p * pstride), interleaved in groups of 4
+ * k, signed; and the column order of a piece's four interleaved registers restored */
+void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn, uint8_t *dst,
+                          int64_t pstride);
 #ifdef __AVX512F__
 void ember__qdirect_order(const __m512i x[4], __m512i out[4]);
 #endif

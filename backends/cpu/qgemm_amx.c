@@ -522,7 +522,17 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * Measured (bench_qgemm, 2 threads, K = N = 4096, first calls, three alternations against the
  * previous routing): 8 rows 189-211 -> 343-383 GOPS, 32 rows 750-765 -> 1091-1188 (oneDNN
  * without reorder beside them: 186-215 and 669-709). Chunks of 128 rows of B: 64 gave 490-970 at
- * 32 rows (the sums' round trips), 256 gave 899-1143. */
+ * 32 rows (the sums' round trips), 256 gave 899-1143.
+ * A piece's staged groups lie one after another (a tile's rows 256 bytes apart), each piece 256
+ * bytes further than the last one ends; until 2026-12-01 the groups were laid whole one after
+ * another, so that a tile's 16 rows lay a group's width apart (8 KiB in a 2048-column pass), all
+ * in one L1 set, and the taller tasks' 32 KiB piece could not stay in L1 across their row blocks;
+ * A's rows, 4096 bytes apart at K = 4096, are now padded off that multiple (qgemm.c). On the H200
+ * host's Xeon (loaded: AMX peak 4.2-5.9 TOPS; logs/2026-12-01-s22-dev1.txt and -dev2.txt), first
+ * calls over oneDNN without reorder in the same run, seven rounds of each build (three without
+ * the 256-byte skew, which read level): 128 x 4096^2 1.17-1.33 (median 1.19) -> 1.23-1.37
+ * (1.26), 32 x 4096^2 1.41-1.57 (1.53) -> 1.40-1.66 (1.60), 8 x 4096^2 2.01-2.20 (2.09) ->
+ * 1.92-2.30 (2.25); 128 x 11008 x 4096 (three) 1.24-1.26 -> 1.36-1.59. */
 #define DAMX_KC 128
 
 /* tasks of more than 32 rows: narrower passes and deeper chunks (more tile work per round trip of
@@ -533,8 +543,13 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
 #define DAMX_W_TALL 512
 #define DAMX_KC_TALL 512
 
+_Static_assert((DAMX_KC_TALL + 4) * DAMX_W_TALL <= (DAMX_KC + 4) * EMBER__DIRECT_W &&
+                   DAMX_W_TALL / 64 * 128 <= EMBER__DIRECT_W / 64 * 32,
+               "the taller tasks' staged chunk and sums fit the buffer the shorter ones size");
+
 size_t ember__qdirect_amx_work_bytes(void) {
-    return (size_t)DAMX_KC * EMBER__DIRECT_W + (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
+    return (size_t)(DAMX_KC + 4) * EMBER__DIRECT_W +
+           (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
 }
 
 static void damx_config(int64_t m) {
@@ -572,16 +587,19 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
     damx_config(tall ? 32 : m);
     for (int64_t jt = j0; jt < j1; jt += W) {
         const int64_t jn = j1 - jt < W ? j1 - jt : W;
-        const int64_t npc = (jn + 63) / 64, gs = npc * 256; /* staged bytes per group of 4 k */
+        const int64_t npc = (jn + 63) / 64;
         for (int64_t kc = 0; kc < k; kc += KC) {
             /* whole tiles of 16 groups: groups past K are staged as zeros */
             const int64_t ng = ((k - kc < KC ? k - kc : KC) + 63) / 64 * 16;
+            /* staged bytes a piece (its groups one after another: a tile's rows 256 bytes
+             * apart), and 256 more: a group's pieces then fall in different L1 sets */
+            const int64_t ps = ng * 256 + 256;
             for (int64_t g = 0; g < ng; g++)
-                ember__qdirect_stage(d, kc + 4 * g, jt, jn, st + g * gs);
+                ember__qdirect_stage(d, kc + 4 * g, jt, jn, st + g * 256, ps);
             const int first = kc == 0;
             for (int64_t pc = 0; pc < npc; pc++) {
                 int32_t *ap = acc + pc * 4 * rs * 16; /* this piece's sums, [q][rs][16] */
-                const uint8_t *bp = st + pc * 256;
+                const uint8_t *bp = st + pc * ps;
                 if (m <= 16) {
                     if (first) {
                         AMX_ZERO4();
@@ -592,15 +610,15 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                         _tile_loadd(3, ap + 3 * rs * 16, 64);
                     }
                     for (int64_t s = 0; s < ng / 16; s++) {
-                        const uint8_t *b = bp + s * 16 * gs;
+                        const uint8_t *b = bp + s * 16 * 256;
                         _tile_loadd(4, d->a + kc + s * 64, lda);
-                        _tile_loadd(6, b, gs);
+                        _tile_loadd(6, b, 256);
                         _tile_dpbssd(0, 4, 6);
-                        _tile_loadd(6, b + 64, gs);
+                        _tile_loadd(6, b + 64, 256);
                         _tile_dpbssd(1, 4, 6);
-                        _tile_loadd(6, b + 128, gs);
+                        _tile_loadd(6, b + 128, 256);
                         _tile_dpbssd(2, 4, 6);
-                        _tile_loadd(6, b + 192, gs);
+                        _tile_loadd(6, b + 192, 256);
                         _tile_dpbssd(3, 4, 6);
                     }
                     _tile_stored(0, ap, 64);
@@ -622,9 +640,9 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                             _tile_loadd(3, c1 + 16 * 16, 64);
                         }
                         for (int64_t s = 0; s < ng / 16; s++) {
-                            const uint8_t *b = bp + s * 16 * gs + q * 64;
+                            const uint8_t *b = bp + s * 16 * 256 + q * 64;
                             AMX_STEP22(_tile_dpbssd, a0 + s * 64, a0 + 16 * lda + s * 64, lda, b,
-                                       b + 64, gs);
+                                       b + 64, 256);
                         }
                         _tile_stored(0, c0, 64);
                         _tile_stored(1, c1, 64);

@@ -740,9 +740,9 @@ EMBER__INLINE void direct_stage_group(const ember__qdirect *d, int64_t kk, int64
     }
 }
 
-void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn,
-                          uint8_t *dst) {
-    direct_stage_group(d, kk, jt, jn, dst, 256, 0);
+void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn, uint8_t *dst,
+                          int64_t pstride) {
+    direct_stage_group(d, kk, jt, jn, dst, pstride, 0);
 }
 
 /* Lanes back in order: x[q] holds in lane L the columns 16L + 4q .. 16L + 4q + 3; out[c] gets
@@ -804,7 +804,8 @@ DIRECT_ROWS(5)
 DIRECT_ROWS(6)
 
 size_t ember__qdirect_work_bytes(void) {
-    return (size_t)DIRECT_KC * EMBER__DIRECT_W + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
+    return (size_t)(DIRECT_KC + 4) * EMBER__DIRECT_W +
+           (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
 }
 
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
@@ -823,7 +824,9 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
         const int npc = (int)((jn + 63) / 64);
         for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
             const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
-            const int64_t ps = ng * 256; /* staged bytes a piece */
+            /* staged bytes a piece, and 256 more: a group's pieces, written one after another,
+             * then fall in different L1 sets */
+            const int64_t ps = ng * 256 + 256;
             for (int64_t g = 0; g < ng; g++)
                 direct_stage_group(d, kc + 4 * g, jt, jn, st + g * 256, ps, 1);
             for (int pc = 0; pc < npc; pc++)
