@@ -2174,19 +2174,29 @@ static void test_f16_exact(void) {
     CU_ASSERT(checked > 300000);
 }
 
-/* Packed values of 4 MiB or more take a region of their own, on a 2 MiB boundary (so that their
- * 2 MiB pages can be huge), given back to the context that packed them (or unmapped, without
- * one); smaller ones are 64-byte aligned heap memory. The products stay exact. */
+/* Packed values of 4 MiB or more, or that fill their 2 MiB pages to within an eighth, take a
+ * region of their own, on a 2 MiB boundary (so that their 2 MiB pages can be huge), given back to
+ * the context that packed them (or unmapped, without one); the scales follow the values there,
+ * or take heap memory of their own where only the values fill their pages (under 4 MiB in all).
+ * Other packs are 64-byte aligned heap memory. The products stay exact. */
 static void test_pack_placement(void) {
     const size_t huge = (size_t)2 << 20;
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    /* placed: 0 heap, 1 a region with the scales in it, 2 a region and the scales apart */
     static const struct {
         int64_t k, n;
         int bits;
         int placed;
-    } cases[] = {{2048, 2048, 8, 1}, {4096, 4096, 4, 1}, {1000, 2000, 8, 0}, {2048, 2048, 4, 0}};
+    } cases[] = {{2048, 2048, 8, 1}, /* 4 MiB and the scales */
+                 {4096, 4096, 4, 1},
+                 {1984, 1024, 8, 1},  /* 1.94 MiB and 4 KiB of scales: within an eighth */
+                 {1000, 2000, 8, 1},  /* 1024 x 2016: 1.97 MiB, and the scales: 1.98 */
+                 {1024, 2048, 8, 2},  /* 2 MiB, the scales past it */
+                 {2048, 2048, 4, 2},  /* 2 MiB of nibbles */
+                 {1000, 1000, 8, 0},  /* 1 MiB */
+                 {1500, 2000, 8, 0}}; /* 2.95 MiB: a region of 4 would waste over an eighth */
     const int64_t m = 2;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
         for (int with_state = 0; with_state < 2; with_state++) {
@@ -2201,11 +2211,17 @@ static void test_pack_placement(void) {
             ember__qpack p;
             TU_OK(ember__qpack_b_s8(with_state ? s : NULL, &p, k, n, n, 0, bits, B, NULL));
             const size_t vbytes = (size_t)p.kp * (size_t)p.np / (bits == 8 ? 1 : 2);
-            /* the scales follow the values in the same allocation */
-            CU_ASSERT_PTR_EQUAL(p.sb, p.b + vbytes);
+            if (cases[c].placed == 2) { /* the scales in heap memory of their own */
+                CU_ASSERT_PTR_NOT_NULL(p.sb_heap);
+                CU_ASSERT_PTR_EQUAL(p.sb, p.sb_heap);
+                CU_ASSERT_EQUAL((uintptr_t)p.sb % 64, 0);
+            } else { /* the scales follow the values in the same allocation */
+                CU_ASSERT_PTR_NULL(p.sb_heap);
+                CU_ASSERT_PTR_EQUAL(p.sb, p.b + vbytes);
+            }
             if (cases[c].placed) {
                 CU_ASSERT_EQUAL((uintptr_t)p.b % huge, 0);
-                CU_ASSERT_EQUAL(p.b_map, ember__qpack_bytes(&p));
+                CU_ASSERT_EQUAL(p.b_map, cases[c].placed == 1 ? ember__qpack_bytes(&p) : vbytes);
                 CU_ASSERT_PTR_EQUAL(p.b_owner, with_state ? s : NULL);
             } else {
                 CU_ASSERT_EQUAL((uintptr_t)p.b % 64, 0);
@@ -2214,6 +2230,8 @@ static void test_pack_placement(void) {
             CU_ASSERT(pack_exact(s, &p, m, A, B));
             ember__qpack_free(&p);
             CU_ASSERT_PTR_NULL(p.b);
+            CU_ASSERT_PTR_NULL(p.sb);
+            CU_ASSERT_PTR_NULL(p.sb_heap);
             CU_ASSERT_EQUAL(p.b_map, 0);
             /* a region goes back to its context's cache; without a context it is unmapped */
             CU_ASSERT_EQUAL(s->packs.n, cases[c].placed && with_state);
@@ -2291,6 +2309,29 @@ static void test_pack_regions(void) {
             CU_ASSERT_EQUAL(ember__alloc_live(), live0);
         }
         CU_ASSERT(failed >= 1); /* the region (the scales share it) */
+        TU_OK(ember_context_trim(ctx));
+        CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+        /* the same for values that fill their region alone (1024 x 2048 bytes), the scales apart:
+         * the region, then the scales' heap memory */
+        failed = 0;
+        for (long f = 1; f < 64; f++) {
+            ember__alloc_fail_at(f);
+            ember_status st = ember__qpack_b_s8(s, &p, 1024, 2048, 2048, 0, 8, B, NULL);
+            ember__alloc_fail_at(0);
+            if (st == EMBER_OK) {
+                CU_ASSERT_PTR_NOT_NULL(p.sb_heap);
+                CU_ASSERT_NOT_EQUAL(p.b_map, 0);
+                ember__qpack_free(&p);
+                break;
+            }
+            failed++;
+            CU_ASSERT_EQUAL(st, EMBER_ERR_OUT_OF_MEMORY);
+            CU_ASSERT_PTR_NULL(p.b);
+            CU_ASSERT_PTR_NULL(p.sb_heap);
+            TU_OK(ember_context_trim(ctx));
+            CU_ASSERT_EQUAL(ember__alloc_live(), live0);
+        }
+        CU_ASSERT(failed >= 2);
         TU_OK(ember_context_trim(ctx));
         CU_ASSERT_EQUAL(ember__alloc_live(), live0);
         /* through the API: a weight tensor with K blocks (so that even one row packs it) keeps
@@ -2536,7 +2577,8 @@ int main(void) {
         {"small products on the calling thread, the same bits", test_small_serial},
         {"bench ceiling loops: op counts, bounds", test_peak_loops},
         {"f16 scales: exactness test and bits", test_f16_exact},
-        {"packed values from 4 MiB in 2 MiB-aligned regions, exact", test_pack_placement},
+        {"packed values from 4 MiB or filling 2 MiB pages in aligned regions, exact",
+         test_pack_placement},
         {"pack regions: recycled per context, trimmed, failure, tensor free", test_pack_regions},
         {"scratch region: alignment, reuse, growth, failure, trim", test_scratch_region},
         {"q_matmul after ember_context_trim: same bytes", test_trim_between_calls},

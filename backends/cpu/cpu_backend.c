@@ -67,8 +67,8 @@ static ember_status cpu_init(ember_context *ctx, const ember_options *opts, void
         ember__free(s);
         return st;
     }
-    st = ember__bufcache_init(&s->packs, cap, EMBER__CPU_REGION_MIN, EMBER__CPU_BUFCACHE_SLOTS, 1,
-                              ember__map_free);
+    st = ember__bufcache_init(&s->packs, cap, EMBER__CPU_REGION_SMALLEST, EMBER__CPU_BUFCACHE_SLOTS,
+                              1, ember__map_free);
     if (st == EMBER_OK)
         st = ember__cpu_pool_start(s);
     if (st != EMBER_OK) {

@@ -29,12 +29,14 @@ typedef struct ember__cpu_state {
     ember__bufcache packs; /* freed regions of large packed operands kept for reuse */
 } ember__cpu_state;
 
-/* Memory for the values of a large packed operand (from EMBER__CPU_REGION_MIN): a mapping of its
- * own, 2 MiB-aligned and advised huge (ember__map_huge), taken from the context's cache of freed
- * regions when one fits (s->packs; the same cap as the buffer cache), else mapped fresh. *len gets
- * the region's size, to give back with ember__cpu_region_put. s may be NULL (no cache). NULL when
- * no memory can be had. */
+/* Memory for the values of a large packed operand (from EMBER__CPU_REGION_MIN, or from
+ * EMBER__CPU_REGION_SMALLEST where they fill their 2 MiB pages: qgemm.c, pack_values_alloc): a
+ * mapping of its own, 2 MiB-aligned and advised huge (ember__map_huge), taken from the context's
+ * cache of freed regions when one fits (s->packs; the same cap as the buffer cache), else mapped
+ * fresh. *len gets the region's size, to give back with ember__cpu_region_put. s may be NULL (no
+ * cache). NULL when no memory can be had. */
 #define EMBER__CPU_REGION_MIN ((size_t)4 << 20)
+#define EMBER__CPU_REGION_SMALLEST ((size_t)7 << 18) /* 1.75 MiB */
 void *ember__cpu_region_get(ember__cpu_state *s, size_t bytes, size_t *len);
 /* A region back to the context's cache, or unmapped when the cache declines it (or s is NULL). */
 void ember__cpu_region_put(ember__cpu_state *s, void *p, size_t len);

@@ -145,10 +145,19 @@ static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
 
 static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* A pack's values (vbytes) into p->b (NULL when none can be had). From 4 MiB they take a region
- * of their own (ember__cpu_region_get: 2 MiB-aligned, advised huge, recycled through the
- * context's cache of freed regions), p->b_map its size and p->b_owner the state to give it back
- * to; below, 64-byte aligned heap memory (p->b_map 0).
+/* Whether bytes fill their whole 2 MiB pages to within an eighth: a region wastes little. */
+static int fills_pages(size_t bytes) {
+    const size_t page = (size_t)2 << 20, whole = (bytes + page - 1) / page * page;
+    return (whole - bytes) * 8 <= bytes;
+}
+
+/* A pack's values (voff bytes, a multiple of 64) and then sbytes of scales into p->b and p->sb
+ * (p->b NULL when no memory can be had). From 4 MiB in all, or where they fill their 2 MiB pages
+ * (fills_pages), they take a region of their own (ember__cpu_region_get: 2 MiB-aligned, advised
+ * huge, recycled through the context's cache of freed regions), p->b_map its size and p->b_owner
+ * the state to give it back to. Below 4 MiB, values that fill their pages alone (512 x 4096 int8,
+ * 4096 x 1024 in nibbles) take a region and the scales a heap allocation of their own
+ * (p->sb_heap). The rest is 64-byte aligned heap memory (p->b_map 0).
  *
  * Why: the kernels stream a pack panel by panel, one TLB entry per 2 MiB instead of per 4 KiB.
  * Advised huge (2 threads, two packs of the same B in one process, alternated, medians of 11-15,
@@ -160,14 +169,30 @@ static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
  * in seven full tables Q4 / Q8 at M = 1 read 1.72-2.03, but in ten later ones 1.12-1.26 in eight,
  * as the heap's state decided (bench/results/cpu.md, twelfth session). A plain 2 MiB-aligned heap
  * allocation had cost first calls up to 53%: glibc then mapped and faulted fresh memory on every
- * call that packs; the cache of freed regions keeps that reuse. */
-static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t vbytes) {
-    if (vbytes < EMBER__CPU_REGION_MIN) {
-        p->b = ember__aligned_alloc(vbytes);
-        return;
+ * call that packs; the cache of freed regions keeps that reuse.
+ * The values that fill their pages below 4 MiB: on the heap such a pack faulted in every 4 KiB
+ * page at its first call, 512 of them for 2 MiB at 5.5 us each on a Zen 5 VM, where a huge page
+ * costs one fault of ~140 us (none when the region comes from the cache): a first call at 512 x
+ * 512 x 4096 (VNNI tier, 2 threads) took 4.1-4.4 ms against 1.3 cached. */
+static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t voff, size_t sbytes) {
+    const size_t total = voff + sbytes;
+    if (total >= EMBER__CPU_REGION_MIN || fills_pages(total)) {
+        p->b = ember__cpu_region_get(s, total, &p->b_map);
+        p->b_owner = s;
+        p->sb = p->b ? p->b + voff : NULL;
+    } else if (fills_pages(voff)) {
+        p->b = ember__cpu_region_get(s, voff, &p->b_map);
+        p->b_owner = s;
+        p->sb = p->sb_heap = p->b ? ember__aligned_alloc(sbytes) : NULL;
+        if (!p->sb_heap) {
+            ember__cpu_region_put(s, p->b, p->b_map);
+            p->b = NULL;
+            p->b_map = 0;
+        }
+    } else {
+        p->b = ember__aligned_alloc(total);
+        p->sb = p->b ? p->b + voff : NULL;
     }
-    p->b = ember__cpu_region_get(s, vbytes, &p->b_map);
-    p->b_owner = s;
 }
 
 typedef struct pack_b_arg {
@@ -470,9 +495,7 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
      * pages, recycled), where a separate allocation of their own faulted in every 4 KiB page at
      * each first call (a 4096 x 11008 weight in blocks of 32: 2.75 MiB of f16 scales, 9 ms of
      * page faults on a Zen 5 VM) */
-    const size_t voff = (vbytes + 63) / 64 * 64;
-    pack_values_alloc(s, p, voff + nsc * (sb16 ? 2 : 4));
-    p->sb = p->b ? p->b + voff : NULL;
+    pack_values_alloc(s, p, (vbytes + 63) / 64 * 64, nsc * (sb16 ? 2 : 4));
     if (!p->b) {
         ember__qpack_free(p);
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack a %lld x %lld operand",
@@ -527,10 +550,11 @@ void ember__qpack_free(ember__qpack *p) {
         ember__cpu_region_put(p->b_owner, p->b, p->b_map);
     else
         ember__aligned_free(p->b); /* the scales with it */
+    ember__aligned_free(p->sb_heap);
     p->b = NULL;
     p->b_map = 0;
     p->b_owner = NULL;
-    p->sb = NULL;
+    p->sb = p->sb_heap = NULL;
 }
 
 size_t ember__qpack_bytes(const ember__qpack *p) {

@@ -68,8 +68,12 @@ typedef struct ember__qpack {
     int bits;       /* 8 or 4 */
     int bias;       /* 128 (8-bit) or 8 (4-bit) */
     int sb16;       /* scales stored as f16 */
-    uint8_t *b;     /* values, 64-byte aligned (from 4 MiB: a 2 MiB-aligned region of their own) */
-    void *sb;       /* [nch][np] scales (f32 or f16), in b's allocation after the values */
+    uint8_t *b;     /* values, 64-byte aligned (a 2 MiB-aligned region of their own from 4 MiB, and
+                       where they fill whole 2 MiB pages: pack_values_alloc in qgemm.c) */
+    void *sb;       /* [nch][np] scales (f32 or f16), in b's allocation after the values, or in
+                       sb_heap */
+    void *sb_heap;  /* the scales' own heap allocation, where the values alone fill a region; or
+                       NULL */
     size_t b_map;   /* b's region size (ember__cpu_region_get), 0: b is heap memory */
     ember__cpu_state *b_owner; /* the state whose region cache b goes back to (or NULL) */
 } ember__qpack;
