@@ -2178,7 +2178,8 @@ static void test_f16_exact(void) {
  * region of their own, on a 2 MiB boundary (so that their 2 MiB pages can be huge), given back to
  * the context that packed them (or unmapped, without one); the scales follow the values there,
  * or take heap memory of their own where only the values fill their pages (under 4 MiB in all).
- * Other packs are 64-byte aligned heap memory. The products stay exact. */
+ * Other packs are 64-byte aligned heap memory from (and back to) the context's cache of freed
+ * buffers. The products stay exact. */
 static void test_pack_placement(void) {
     const size_t huge = (size_t)2 << 20;
     ember_context *ctx;
@@ -2233,8 +2234,11 @@ static void test_pack_placement(void) {
             CU_ASSERT_PTR_NULL(p.sb);
             CU_ASSERT_PTR_NULL(p.sb_heap);
             CU_ASSERT_EQUAL(p.b_map, 0);
-            /* a region goes back to its context's cache; without a context it is unmapped */
+            /* a region goes back to its context's cache; without a context it is unmapped. Heap
+             * memory goes back to the context's cache of freed buffers (all of these are over
+             * its 256 KiB minimum), where the next pack or tensor of about its size takes it */
             CU_ASSERT_EQUAL(s->packs.n, cases[c].placed && with_state);
+            CU_ASSERT_EQUAL(s->cache.n, !cases[c].placed && with_state);
             TU_OK(ember_context_trim(ctx));
             CU_ASSERT_EQUAL(ember__alloc_live(), live0);
             free(A);

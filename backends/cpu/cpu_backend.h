@@ -41,10 +41,10 @@ void *ember__cpu_region_get(ember__cpu_state *s, size_t bytes, size_t *len);
 /* A region back to the context's cache, or unmapped when the cache declines it (or s is NULL). */
 void ember__cpu_region_put(ember__cpu_state *s, void *p, size_t len);
 
-/* A call's temporary working memory, from (and back to) the state's cache of freed tensor
- * buffers: a first call's temporaries are then the pages an earlier call faulted in, where fresh
- * memory from the heap faulted in every 4 KiB page (7-11 us each on a Zen 5 VM). s may be NULL
- * (heap memory). NULL when out of memory. */
+/* A call's temporary working memory (and the heap memory of packs under EMBER__CPU_REGION_MIN),
+ * from (and back to) the state's cache of freed tensor buffers: a first call's temporaries are
+ * then the pages an earlier call faulted in, where fresh memory from the heap faulted in every 4
+ * KiB page (7-11 us each on a Zen 5 VM). s may be NULL (heap memory). NULL when out of memory. */
 void *ember__cpu_temp_get(ember__cpu_state *s, size_t bytes);
 void ember__cpu_temp_put(ember__cpu_state *s, void *p);
 
