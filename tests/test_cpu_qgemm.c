@@ -500,8 +500,9 @@ static void test_tiers(void) {
     CU_ASSERT_EQUAL(ember__qtier_select("bogus"), best);
 }
 
-/* the unpacked kernels of small first calls (AMX for 2..128 rows, AVX-512 VNNI for 1..16): exact
- * int32 and the scales, on the context's tier (AMX where there is one) and capped to VNNI */
+/* the unpacked kernels of small first calls (AMX for 2..128 rows, AVX-512 VNNI for 1..16, and up
+ * to 64 on a B of at most 1 M values): exact int32 and the scales, on the context's tier (AMX
+ * where there is one) and capped to VNNI */
 static int direct_cases(ember__cpu_state *s) {
     /* n 9000: a task wider than the kernels' 2048-column pass; k 301: three chunks of up to 128
      * rows and a partial group of 4 / tile of 64; n 130: a partial piece of 64; m 17 and 32: two
@@ -591,8 +592,13 @@ static void test_direct(void) {
     TU_OK(ember_context_create(&o, &ctx));
     s = ember__cpu_state_of(ctx);
     ran += direct_cases(s);
-    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 17, 4, 8, a129, 8, NULL, b8, 4, NULL, c129, NULL, 4),
+    /* over 64 rows, or over 16 with B over 1 M values (1024 x 1025: declined before any of it is
+     * read): packing B serves those better */
+    CU_ASSERT_EQUAL(ember__qgemm_direct(s, 65, 4, 8, a129, 8, NULL, b8, 4, NULL, c129, NULL, 4),
                     EMBER_ERR_QUANT_UNSUPPORTED);
+    CU_ASSERT_EQUAL(
+        ember__qgemm_direct(s, 17, 1025, 1024, a129, 1024, NULL, b8, 1025, NULL, c129, NULL, 1025),
+        EMBER_ERR_QUANT_UNSUPPORTED);
     CU_ASSERT_EQUAL(c129[0], 42.0f);
     ember_context_destroy(ctx);
     if (!ran)

@@ -268,8 +268,8 @@ static ember_status prepare_qa(const ember_tensor *a, const float *effa, int64_t
 }
 
 /* A first call with few rows (m <= 128) on an 8-bit Native B with one K chunk runs on B as it is
- * stored (ember__qgemm_direct: AMX, or AVX-512 VNNI up to 16 rows): packing all of B into a fresh
- * buffer would cost more than the product.
+ * stored (ember__qgemm_direct: AMX, or AVX-512 VNNI up to 16 rows, 64 for a B of up to 1 M
+ * values): packing all of B into a fresh buffer would cost more than the product.
  * The tensor is marked, and its next use packs it (a weight used once is never packed). */
 static int direct_first_call(const ember_tensor *b, int64_t m, int64_t nch) {
     if (m > 128 || nch != 1 || b->scheme.store != EMBER_QSTORE_NATIVE)

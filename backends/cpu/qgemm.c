@@ -1076,7 +1076,8 @@ ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int6
     const int amx = m >= 2 && m <= EMBER__DIRECT_AMX_M && ember__qtier_available(EMBER__QT_AMX) &&
                     (!s || ember__cpu_tier(s) == EMBER__QT_AMX);
     if (!amx && (!ember__qtier_available(EMBER__QT_AVX512) ||
-                 (s && ember__cpu_tier(s) < EMBER__QT_AVX512) || m > EMBER__DIRECT_M))
+                 (s && ember__cpu_tier(s) < EMBER__QT_AVX512) || m > EMBER__DIRECT_M_SMALL ||
+                 (m > EMBER__DIRECT_M && (double)k * (double)n > (double)EMBER__DIRECT_SMALL_B)))
         return EMBER_ERR_QUANT_UNSUPPORTED;
     if (m <= 0 || n <= 0)
         return EMBER_OK;

@@ -121,9 +121,10 @@ ember_status ember__qgemm_s32(ember__cpu_state *s, ember__qtier t, int64_t m, co
 
 /* Without packing (a first call with few rows, 8-bit B, one chunk): C[i, j] = sa[i] * sb[j] *
  * (A row i . B column j) with B int8 row-major [k, n] (ldb), sa [m] and sb [n] (NULL: 1). Exact
- * int32 sums into C32 instead when C32 is given. AMX (the context's tier) takes 2..32 rows,
- * AVX-512 VNNI 1..16. Returns EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded, nothing written)
- * where neither can: pack instead. */
+ * int32 sums into C32 instead when C32 is given. AMX (the context's tier) takes 2..128 rows,
+ * AVX-512 VNNI 1..16 (1..64 for a B of at most EMBER__DIRECT_SMALL_B values). Returns
+ * EMBER_ERR_QUANT_UNSUPPORTED (nothing recorded, nothing written) where neither can: pack
+ * instead. */
 ember_status ember__qgemm_direct(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                                  const int8_t *A, int64_t lda, const float *sa, const int8_t *B,
                                  int64_t ldb, const float *sb, float *C, int32_t *C32, int64_t ldc);
@@ -139,8 +140,12 @@ typedef struct ember__qdirect {
     int64_t ldc;
     const int32_t *rs; /* the sum of each row of A */
 } ember__qdirect;
-/* The direct kernel's rows (at most) and columns per pass over B */
+/* The direct kernel's rows: any B up to EMBER__DIRECT_M rows; up to EMBER__DIRECT_M_SMALL rows
+ * where B has at most EMBER__DIRECT_SMALL_B values (its pack would cost more than the product).
+ * Its columns per pass over B: EMBER__DIRECT_W up to 16 rows, fewer above (16 x W sums). */
 #define EMBER__DIRECT_M 16
+#define EMBER__DIRECT_M_SMALL 64
+#define EMBER__DIRECT_SMALL_B ((int64_t)1 << 20)
 #define EMBER__DIRECT_W 2048
 /* columns [j0, j1) (j0 % 64 == 0), every row (qgemm_avx512.c); work: a 64-byte aligned buffer of
  * ember__qdirect_work_bytes() for this call alone */

@@ -804,23 +804,24 @@ DIRECT_ROWS(5)
 DIRECT_ROWS(6)
 
 size_t ember__qdirect_work_bytes(void) {
-    return (size_t)(DIRECT_KC + 4) * EMBER__DIRECT_W +
-           (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
+    return (size_t)(DIRECT_KC + 4) * EMBER__DIRECT_W + (size_t)16 * EMBER__DIRECT_W * 4;
 }
 
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
     static void (*const fns[7])(const ember__qdirect *, const uint8_t *, int32_t *, int64_t,
                                 int64_t, int64_t,
                                 int) = {NULL, drows1, drows2, drows3, drows4, drows5, drows6};
-    int32_t *acc = work; /* [piece][EMBER__DIRECT_M][64] */
-    uint8_t *st = (uint8_t *)work + (size_t)EMBER__DIRECT_M * EMBER__DIRECT_W * 4;
+    int32_t *acc = work; /* [piece][m][64] */
+    uint8_t *st = (uint8_t *)work + (size_t)16 * EMBER__DIRECT_W * 4;
+    /* the pass narrows over 16 rows: the sums stay within 16 x EMBER__DIRECT_W */
+    const int64_t W = d->m <= 16 ? EMBER__DIRECT_W : (16 * EMBER__DIRECT_W / d->m) / 64 * 64;
     if (j1 > d->n)
         j1 = d->n;
     const int64_t k = d->k, m = d->m;
     /* rows in groups of at most 6, as even as they come (16: 6, 5, 5) */
     const int64_t ngr = (m + 5) / 6;
-    for (int64_t jt = j0; jt < j1; jt += EMBER__DIRECT_W) {
-        const int64_t jn = j1 - jt < EMBER__DIRECT_W ? j1 - jt : EMBER__DIRECT_W;
+    for (int64_t jt = j0; jt < j1; jt += W) {
+        const int64_t jn = j1 - jt < W ? j1 - jt : W;
         const int npc = (int)((jn + 63) / 64);
         for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
             const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
@@ -832,8 +833,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
             for (int pc = 0; pc < npc; pc++)
                 for (int64_t gr = 0, i = 0; gr < ngr; gr++) {
                     const int mr = (int)((m * (gr + 1)) / ngr - i);
-                    fns[mr](d, st + pc * ps, acc + (size_t)pc * EMBER__DIRECT_M * 64, i, kc, ng,
-                            kc == 0);
+                    fns[mr](d, st + pc * ps, acc + (size_t)pc * (size_t)m * 64, i, kc, ng, kc == 0);
                     i += mr;
                 }
         }
@@ -842,7 +842,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
             const __m512i corr = _mm512_set1_epi32(128 * d->rs[i]);
             const __m512 sar = _mm512_set1_ps(d->sa ? d->sa[i] : 1.0f);
             for (int pc = 0; pc < npc; pc++) {
-                const int32_t *s = acc + ((int64_t)pc * EMBER__DIRECT_M + i) * 64;
+                const int32_t *s = acc + ((int64_t)pc * m + i) * 64;
                 const __m512i x[4] = {_mm512_load_si512(s), _mm512_load_si512(s + 16),
                                       _mm512_load_si512(s + 32), _mm512_load_si512(s + 48)};
                 __m512i o[4];
