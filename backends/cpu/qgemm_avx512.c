@@ -683,9 +683,13 @@ void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, 
  * 275 -> 488-497 with piece-major buffers, 553-565 with chunks of 64 rows too, 637-640 with
  * chunks of 128 (fewer round trips of the sums). bench_qgemm with all three, one run each: 8
  * rows 486, 12 rows 546, 13 rows 282 -> 679, 16 rows 712, 16 x 4096 x 11008 283 -> 635 (oneDNN
- * without reorder beside them: 237, 267, 382, 456, 367). Taking 17-32 rows here too read level with
- * packing (20 rows 735 against 639, 24 rows 756 against 704, 32 rows 882 against 875): not taken.
- */
+ * without reorder beside them: 237, 267, 382, 456, 367). Taking 17-32 rows here too read level
+ * with packing at K = N = 4096 (20 rows 735 against 639, 24 rows 756 against 704, 32 rows 882
+ * against 875), and 48-64 rows lost (992-1192 against 820-945), but on a small B, whose pack and
+ * two calls of the pool cost more than its product, it won: 17-64 rows take this kernel where B
+ * has at most 1 M values (qgemm.c), the pass narrowed to keep 16 x 2048 sums. Two alternations
+ * each, first calls: 20 x 1024^2 242 / 283 -> 591 / 567 GOPS, 32 x 1000^2 331 / 395 -> 641 /
+ * 662, 64 x 1000^2 587 / 607 -> 628 / 751; 2 MiB Bs level (32 x 2048 x 1024, 64 x 512 x 4096). */
 #define DIRECT_KC 128
 #define DIRECT_PFD 4
 
