@@ -213,7 +213,10 @@ static void col_scales(const ember__fq_job *jb, int64_t j0, int64_t j1, int64_t 
     int64_t s0, s1;
     ember__fq_scale_span(jb, j0, j1 - j0, &s0, &s1);
     const __mmask16 ms = ember__tail_mask16(s1 - s0 + 1);
-    int32_t idx[16];
+    /* aligned as GCC would align it: GCC 13 aligns a local array of 64 bytes to 64 on its own and
+     * loads it with an aligned move, which AddressSanitizer's fake stack (use-after-return
+     * detection, on by default in GCC 13's runtime) does not honour unless the declaration asks */
+    int32_t idx[16] __attribute__((aligned(64)));
     __mmask16 mu = 0;
     for (int u = 0; u < 16; u++) {
         const int64_t c = j0 + 16 * u;

@@ -564,7 +564,7 @@ double ember__qpeak_vnni(int64_t iters) {
             acc[r] = dpb(acc[r], x, y);
         __asm__ volatile("" : "+v"(x));
     }
-    int32_t out[16];
+    int32_t out[16] __attribute__((aligned(64))); /* as fq_matmul_avx512.c's col_scales says */
     __m512i s = acc[0];
     for (int r = 1; r < 12; r++)
         s = _mm512_add_epi32(s, acc[r]);
