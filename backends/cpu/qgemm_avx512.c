@@ -822,7 +822,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
     if (j1 > d->n)
         j1 = d->n;
     const int64_t k = d->k, m = d->m;
-    /* rows in groups of at most 6, as even as they come (16: 6, 5, 5) */
+    /* rows in groups of at most 6, as even as they come (16: 5, 5, 6) */
     const int64_t ngr = (m + 5) / 6;
     for (int64_t jt = j0; jt < j1; jt += W) {
         const int64_t jn = j1 - jt < W ? j1 - jt : W;
