@@ -145,23 +145,27 @@ static int64_t round_up(int64_t x, int64_t r) { return (x + r - 1) / r * r; }
 
 static size_t round_up64(size_t x) { return (x + 63) & ~(size_t)63; }
 
-/* Whether bytes fill their whole 2 MiB pages to within an eighth: a region wastes little. */
-static int fills_pages(size_t bytes) {
-    const size_t page = (size_t)2 << 20, whole = (bytes + page - 1) / page * page;
-    return (whole - bytes) * 8 <= bytes;
+/* bytes rounded up to whole 2 MiB pages (a mapping advised huge only in whole pages gets them) */
+static size_t whole_pages(size_t bytes) {
+    const size_t page = (size_t)2 << 20;
+    return (bytes + page - 1) / page * page;
 }
+
+/* Whether bytes fill their whole 2 MiB pages to within an eighth: a region wastes little. */
+static int fills_pages(size_t bytes) { return (whole_pages(bytes) - bytes) * 8 <= bytes; }
 
 /* A pack's values (voff bytes, a multiple of 64) and then sbytes of scales into p->b and p->sb
  * (p->b NULL when no memory can be had). From 4 MiB in all, or where they fill their 2 MiB pages
  * (fills_pages), they take a region of their own (ember__cpu_region_get: 2 MiB-aligned, advised
  * huge, recycled through the context's cache of freed regions), p->b_map its size and p->b_owner
- * the state to give it back to. Below 4 MiB, values that fill their pages alone (512 x 4096 int8,
- * 4096 x 1024 in nibbles) take a region and the scales a heap allocation of their own
- * (p->sb_heap). The rest is 64-byte aligned heap memory (p->b_map 0) from the context's cache of
- * freed buffers (ember__cpu_temp_get), and back there when the pack is freed: pages an earlier
- * pack or tensor faulted in. Packing a 1000 x 1000 int8 B and freeing it in a loop (Zen 5 VM, 2
- * threads, medians of 15): 1436 us a pack from glibc, which mapped and faulted the 1 MiB afresh
- * each time, against 100 us.
+ * the state to give it back to; below 4 MiB such a region is rounded up to whole 2 MiB pages (an
+ * eighth more at most), so that every page of it can be huge. Below 4 MiB, values that fill their
+ * pages alone (512 x 4096 int8, 4096 x 1024 in nibbles) take a region and the scales a heap
+ * allocation of their own (p->sb_heap). The rest is 64-byte aligned heap memory (p->b_map 0) from
+ * the context's cache of freed buffers (ember__cpu_temp_get), and back there when the pack is
+ * freed: pages an earlier pack or tensor faulted in. Packing a 1000 x 1000 int8 B and freeing it in
+ * a loop (Zen 5 VM, 2 threads, medians of 15): 1436 us a pack from glibc, which mapped and faulted
+ * the 1 MiB afresh each time, against 100 us.
  *
  * Why: the kernels stream a pack panel by panel, one TLB entry per 2 MiB instead of per 4 KiB.
  * Advised huge (2 threads, two packs of the same B in one process, alternated, medians of 11-15,
@@ -181,11 +185,12 @@ static int fills_pages(size_t bytes) {
 static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t voff, size_t sbytes) {
     const size_t total = voff + sbytes;
     if (total >= EMBER__CPU_REGION_MIN || fills_pages(total)) {
-        p->b = ember__cpu_region_get(s, total, &p->b_map);
+        p->b = ember__cpu_region_get(s, total >= EMBER__CPU_REGION_MIN ? total : whole_pages(total),
+                                     &p->b_map);
         p->b_owner = s;
         p->sb = p->b ? p->b + voff : NULL;
     } else if (fills_pages(voff)) {
-        p->b = ember__cpu_region_get(s, voff, &p->b_map);
+        p->b = ember__cpu_region_get(s, whole_pages(voff), &p->b_map);
         p->b_owner = s;
         p->sb = p->sb_heap = p->b ? ember__cpu_temp_get(s, sbytes) : NULL;
         if (!p->sb_heap) {
