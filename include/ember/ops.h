@@ -33,8 +33,9 @@ EMBER_API ember_status ember_matmul(const ember_tensor *a, const ember_tensor *b
  * below 4 MiB rounded up to whole 2 MiB pages, so that Linux can back them with huge pages; when
  * the tensor is freed the mapping is kept for the next pack of about its size, within
  * cpu_buffer_cache_mib, until ember_context_trim). A first call with up to 128 rows on an 8-bit
- * Native b multiplies b as it is stored and packs nothing (without AMX: up to 16 rows, or 64 on a
- * b of at most 1 M values): the second use packs (a weight used once is never packed). The OpenCL
+ * Native b multiplies b as it is stored and packs nothing (AVX-512 VNNI without AMX: up to 16
+ * rows, or 64 on a b of at most 1 M values; AVX2 and scalar tiers always pack): the second use
+ * packs (a weight used once is never packed). The OpenCL
  * backend's mma and wgmma paths (NVIDIA) keep a packed copy on the device from the first call:
  * the packed size again, K and N rounded up to their tiles. Invisible to results.
  * Working memory (CPU, integer path): the context keeps one region between calls for the packed
