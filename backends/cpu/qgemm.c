@@ -152,7 +152,7 @@ static size_t whole_pages(size_t bytes) {
 }
 
 /* Whether bytes fill their whole 2 MiB pages to within an eighth: a region wastes little. */
-static int fills_pages(size_t bytes) { return (whole_pages(bytes) - bytes) * 8 <= bytes; }
+static int fills_pages(size_t bytes) { return bytes && (whole_pages(bytes) - bytes) * 8 <= bytes; }
 
 /* A pack's values (voff bytes, a multiple of 64) and then sbytes of scales into p->b and p->sb
  * (p->b NULL when no memory can be had). From 4 MiB in all, or where they fill their 2 MiB pages
