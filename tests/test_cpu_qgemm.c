@@ -191,7 +191,9 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
     int64_t len = kc > 0 ? kc : k;
     int8_t *A = malloc((size_t)(m * k)), *B = malloc((size_t)(k * n));
     float *sa = malloc((size_t)(m * nch) * 4), *sb = malloc((size_t)(nch * n) * 4);
-    float *C = malloc((size_t)(m * n) * 4);
+    /* C rows 7 columns wider than n: those columns must stay as they were */
+    const int64_t ldc = n + 7;
+    float *C = malloc((size_t)(m * ldc) * 4);
     rand_i8(A, (size_t)(m * k), -127, 127);
     rand_i8(B, (size_t)(k * n), bits == 8 ? -127 : -7, bits == 8 ? 127 : 7);
     tu_rand_f32(&rng, sa, (size_t)(m * nch), 0.001f, 0.02f);
@@ -211,10 +213,15 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
     for (int t = 0; t < EMBER__QT_COUNT; t++) {
         if (!ember__qtier_available((ember__qtier)t))
             continue;
-        for (int64_t i = 0; i < m * n; i++)
-            C[i] = NAN;
-        TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, k, sa, &p, C, n));
+        for (int64_t i = 0; i < m * ldc; i++)
+            C[i] = i % ldc < n ? NAN : 12345.0f;
+        TU_OK(ember__qgemm(s, (ember__qtier)t, m, A, k, sa, &p, C, ldc));
         double worst = 0;
+        int64_t past = 0; /* columns past n written */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = n; j < ldc; j++)
+                past += C[i * ldc + j] != 12345.0f;
+        CU_ASSERT_EQUAL(past, 0);
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) {
                 double ref = 0, mag = 0;
@@ -226,15 +233,15 @@ static void check_epilogue(ember__cpu_state *s, int64_t m, int64_t n, int64_t k,
                     ref += term;
                     mag += fabs(term);
                 }
-                double err = fabs((double)C[i * n + j] - ref) / (mag + 1e-30);
+                double err = fabs((double)C[i * ldc + j] - ref) / (mag + 1e-30);
                 if (!(err <= worst))
                     worst = isnan(err) ? INFINITY : (err > worst ? err : worst);
             }
         /* float rounding of the scale products and the chunk sums: a few ulps of the magnitude */
-        if (!(worst < 1e-5))
-            printf("\n  %s m %lld n %lld k %lld kc %lld bits %d: rel err %g",
+        if (!(worst < 1e-5) || past)
+            printf("\n  %s m %lld n %lld k %lld kc %lld bits %d: rel err %g, %lld past n",
                    ember__qtier_name((ember__qtier)t), (long long)m, (long long)n, (long long)k,
-                   (long long)kc, bits, worst);
+                   (long long)kc, bits, worst, (long long)past);
         CU_ASSERT(worst < 1e-5);
     }
     ember__qpack_free(&p);
@@ -249,21 +256,25 @@ static void test_epilogue(void) {
     ember_context *ctx;
     ember__cpu_state *s = cpu_state(&ctx);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    check_epilogue(s, 37, 45, 200, 0, 8, 0);    /* per-row x per-column, one chunk */
-    check_epilogue(s, 11, 80, 260, 0, 8, 1);    /* a 64-column pass, then a panel of 16 */
-    check_epilogue(s, 1, 70, 200, 0, 8, 0);     /* decode row, one chunk, a ragged panel */
-    check_epilogue(s, 2, 45, 128, 0, 8, 0);     /* two rows, one chunk */
-    check_epilogue(s, 5, 70, 256, 32, 8, 0);    /* block 32 along K */
-    check_epilogue(s, 40, 33, 192, 64, 8, 1);   /* block 64, f16 scales */
-    check_epilogue(s, 3, 64, 384, 128, 4, 1);   /* 4-bit, block 128 */
-    check_epilogue(s, 70, 50, 96, 32, 4, 0);    /* 4-bit, block 32 */
-    check_epilogue(s, 1, 100, 64, 32, 4, 1);    /* decode row */
-    check_epilogue(s, 1, 70, 96, 32, 4, 0);     /* decode row, f32 scales, a lone last panel */
-    check_epilogue(s, 1, 200, 2048, 32, 4, 1);  /* decode row, 64 blocks, several tasks */
-    check_epilogue(s, 1, 1100, 256, 32, 4, 0);  /* decode row, tasks of 3 panels: a pair + one */
-    check_epilogue(s, 1, 1100, 256, 32, 4, 1);  /* the same, f16 scales */
-    check_epilogue(s, 1, 70, 256, 32, 8, 0);    /* decode row, 8-bit blocks of 32, f32 scales */
-    check_epilogue(s, 1, 100, 384, 128, 8, 1);  /* decode row, 8-bit blocks of 128, f16 scales */
+    check_epilogue(s, 37, 45, 200, 0, 8, 0);   /* per-row x per-column, one chunk */
+    check_epilogue(s, 11, 80, 260, 0, 8, 1);   /* a 64-column pass, then a panel of 16 */
+    check_epilogue(s, 1, 70, 200, 0, 8, 0);    /* decode row, one chunk, a ragged panel */
+    check_epilogue(s, 2, 45, 128, 0, 8, 0);    /* two rows, one chunk */
+    check_epilogue(s, 5, 70, 256, 32, 8, 0);   /* block 32 along K */
+    check_epilogue(s, 40, 33, 192, 64, 8, 1);  /* block 64, f16 scales */
+    check_epilogue(s, 3, 64, 384, 128, 4, 1);  /* 4-bit, block 128 */
+    check_epilogue(s, 70, 50, 96, 32, 4, 0);   /* 4-bit, block 32 */
+    check_epilogue(s, 1, 100, 64, 32, 4, 1);   /* decode row */
+    check_epilogue(s, 1, 70, 96, 32, 4, 0);    /* decode row, f32 scales, a lone last panel */
+    check_epilogue(s, 1, 200, 2048, 32, 4, 1); /* decode row, 64 blocks, several tasks */
+    check_epilogue(s, 1, 1100, 256, 32, 4, 0); /* decode row, tasks of 3 panels: a pair + one */
+    check_epilogue(s, 1, 1100, 256, 32, 4, 1); /* the same, f16 scales */
+    check_epilogue(s, 1, 70, 256, 32, 8, 0);   /* decode row, 8-bit blocks of 32, f32 scales */
+    check_epilogue(s, 1, 100, 384, 128, 8, 1); /* decode row, 8-bit blocks of 128, f16 scales */
+    /* decode rows whose last task ends in a pair of panels with 8 columns in its second (tasks of
+     * 64 or 128 columns at 2 threads or 1; np = 1024) */
+    check_epilogue(s, 1, 1000, 256, 32, 4, 1);
+    check_epilogue(s, 1, 1000, 128, 32, 8, 0);
     check_epilogue(s, 9, 70, 200, 0, 8, 0);     /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);    /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0);   /* pipelined scaling over many K steps */

@@ -371,9 +371,15 @@ EMBER__INLINE void micro_rows8(const ember__qjob *jb, int64_t i, int64_t j, cons
  * prefetches (4-bit) ride along the loads, the chunk's scales are multiplied before the
  * conversion's result is ready, and the value width and scale format are fixed per call. Single
  * thread, B in L2 (K = 4096, N = 256, 4-bit, blocks of 32, f16 scales): the kernel alone 236
- * against ~110 GOPS. */
-EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
-                            const int bits, const int sb16) {
+ * against ~110 GOPS.
+ * row_panels takes NP (1 or 2) panels of 32 columns from j in one pass; row_body (below) two
+ * where it can: each broadcast of A then feeds eight products instead of four, with eight chains
+ * in flight.
+ * bench_qgemm --shape 1,4096,4096, 2 threads, one panel a pass against two, alternated (the H200
+ * host's Xeon five times, the Zen 5 three), GOPS: the Xeon e_q8b (8-bit, blocks of 32) 38-43 ->
+ * 41-46, e_q4 77-81 -> 77-85 (level); the Zen 5 e_q8b 81-113 -> 107-120, e_q4 level. */
+EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
+                              const int sb16, const int NP) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int64_t pbytes = kp * bits * 4; /* one panel: 32 columns x kp values */
@@ -382,54 +388,79 @@ EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int64_t j = j0; j < j1 && j < p->n; j += 32) {
-        const uint8_t *b = p->b + (j / 32) * pbytes;
-        const int64_t sj = ember__qpack_sidx(p, 0, j);
-        __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
-        for (int64_t c = 0; c < nch; c++) {
-            __m512i a0 = _mm512_set1_epi32(-p->bias * rs[c]), a1 = a0;
-            __m512i h0 = _mm512_setzero_si512(), h1 = h0; /* second chains (4-bit: 16 x the high
-                                                             nibbles' sums) */
-            const uint8_t *bc = b + c * kc * bits * 4;
-            const int8_t *ac = a + c * kc;
-            for (int64_t kk = 0; kk < kc; kk += 8) {
-                int32_t x0, x1;
-                __builtin_memcpy(&x0, ac + kk, 4);
-                __builtin_memcpy(&x1, ac + kk + 4, 4);
-                const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+    const uint8_t *b = p->b + (j / 32) * pbytes;
+    int64_t sj[2];
+    __m512 f[2][2];
+#pragma GCC unroll 2
+    for (int q = 0; q < NP; q++) {
+        sj[q] = ember__qpack_sidx(p, 0, j + 32 * q);
+        f[q][0] = f[q][1] = _mm512_setzero_ps();
+    }
+    for (int64_t c = 0; c < nch; c++) {
+        __m512i a0[2], a1[2], h0[2], h1[2]; /* h: second chains (4-bit: 16 x the high nibbles') */
+#pragma GCC unroll 2
+        for (int q = 0; q < NP; q++) {
+            a0[q] = a1[q] = _mm512_set1_epi32(-p->bias * rs[c]);
+            h0[q] = h1[q] = _mm512_setzero_si512();
+        }
+        const uint8_t *bc = b + c * kc * bits * 4;
+        const int8_t *ac = a + c * kc;
+        for (int64_t kk = 0; kk < kc; kk += 8) {
+            int32_t x0, x1;
+            __builtin_memcpy(&x0, ac + kk, 4);
+            __builtin_memcpy(&x1, ac + kk + 4, 4);
+            const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+#pragma GCC unroll 2
+            for (int q = 0; q < NP; q++) {
                 if (bits == 4) {
-                    const uint8_t *w = bc + kk * 16;
+                    const uint8_t *w = bc + q * pbytes + kk * 16;
                     b_prefetch(p, w, bbytes);
                     const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
-                    a0 = dpb(a0, _mm512_and_si512(w0, m4), y0);
-                    a1 = dpb(a1, _mm512_and_si512(w1, m4), y0);
-                    h0 = dpb(h0, _mm512_andnot_si512(m4, w0), y1);
-                    h1 = dpb(h1, _mm512_andnot_si512(m4, w1), y1);
+                    a0[q] = dpb(a0[q], _mm512_and_si512(w0, m4), y0);
+                    a1[q] = dpb(a1[q], _mm512_and_si512(w1, m4), y0);
+                    h0[q] = dpb(h0[q], _mm512_andnot_si512(m4, w0), y1);
+                    h1[q] = dpb(h1[q], _mm512_andnot_si512(m4, w1), y1);
                 } else {
-                    const uint8_t *w = bc + kk * 32;
-                    a0 = dpb(a0, _mm512_load_si512(w), y0);
-                    a1 = dpb(a1, _mm512_load_si512(w + 64), y0);
-                    h0 = dpb(h0, _mm512_load_si512(w + 128), y1);
-                    h1 = dpb(h1, _mm512_load_si512(w + 192), y1);
+                    const uint8_t *w = bc + q * pbytes + kk * 32;
+                    a0[q] = dpb(a0[q], _mm512_load_si512(w), y0);
+                    a1[q] = dpb(a1[q], _mm512_load_si512(w + 64), y0);
+                    h0[q] = dpb(h0[q], _mm512_load_si512(w + 128), y1);
+                    h1[q] = dpb(h1[q], _mm512_load_si512(w + 192), y1);
                 }
             }
-            if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
-                h0 = _mm512_srai_epi32(h0, 4);
-                h1 = _mm512_srai_epi32(h1, 4);
-            }
-            const __m512 s0 = chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj + c * 32, sb16));
-            const __m512 s1 =
-                chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj + c * 32 + 16, sb16));
-            f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)), s0, f0);
-            f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)), s1, f1);
         }
-        f0 = row_scale(jb, sa[0], f0);
-        f1 = row_scale(jb, sa[0], f1);
-        const int64_t nv = p->n - j;
-        float *o = jb->c + i * jb->ldc + j;
-        _mm512_mask_storeu_ps(o, ember__tail_mask16(nv), f0);
-        _mm512_mask_storeu_ps(o + 16, ember__tail_mask16(nv - 16), f1);
+#pragma GCC unroll 2
+        for (int q = 0; q < NP; q++) {
+            if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
+                h0[q] = _mm512_srai_epi32(h0[q], 4);
+                h1[q] = _mm512_srai_epi32(h1[q], 4);
+            }
+            const __m512 s0 =
+                chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj[q] + c * 32, sb16));
+            const __m512 s1 =
+                chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj[q] + c * 32 + 16, sb16));
+            f[q][0] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[q], h0[q])), s0, f[q][0]);
+            f[q][1] =
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[q], h1[q])), s1, f[q][1]);
+        }
     }
+#pragma GCC unroll 2
+    for (int q = 0; q < NP; q++) {
+        const int64_t nv = p->n - j - 32 * q;
+        float *o = jb->c + i * jb->ldc + j + 32 * q;
+        _mm512_mask_storeu_ps(o, ember__tail_mask16(nv), row_scale(jb, sa[0], f[q][0]));
+        _mm512_mask_storeu_ps(o + 16, ember__tail_mask16(nv - 16), row_scale(jb, sa[0], f[q][1]));
+    }
+}
+
+EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
+                            const int bits, const int sb16) {
+    int64_t j = j0;
+    for (; j + 32 < j1 && j + 32 < jb->p->n; j += 64)
+        row_panels(jb, i, j, bits, sb16, 2);
+    for (; j < j1 && j < jb->p->n; j += 32)
+        row_panels(jb, i, j, bits, sb16, 1);
 }
 
 typedef void (*row_fn)(const ember__qjob *, int64_t, int64_t, int64_t);
