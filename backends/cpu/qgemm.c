@@ -184,14 +184,13 @@ static int fills_pages(size_t bytes) { return bytes && (whole_pages(bytes) - byt
  * 512 x 4096 (VNNI tier, 2 threads) took 4.1-4.4 ms against 1.3 cached. */
 static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t voff, size_t sbytes) {
     const size_t total = voff + sbytes;
+    p->b_owner = s;
     if (total >= EMBER__CPU_REGION_MIN || fills_pages(total)) {
         p->b = ember__cpu_region_get(s, total >= EMBER__CPU_REGION_MIN ? total : whole_pages(total),
                                      &p->b_map);
-        p->b_owner = s;
         p->sb = p->b ? p->b + voff : NULL;
     } else if (fills_pages(voff)) {
         p->b = ember__cpu_region_get(s, whole_pages(voff), &p->b_map);
-        p->b_owner = s;
         p->sb = p->sb_heap = p->b ? ember__cpu_temp_get(s, sbytes) : NULL;
         if (!p->sb_heap) {
             ember__cpu_region_put(s, p->b, p->b_map);
@@ -200,7 +199,6 @@ static void pack_values_alloc(ember__cpu_state *s, ember__qpack *p, size_t voff,
         }
     } else {
         p->b = ember__cpu_temp_get(s, total);
-        p->b_owner = s;
         p->sb = p->b ? p->b + voff : NULL;
     }
 }
@@ -501,11 +499,12 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
         }
     }
     p->sb16 = sb16;
-    /* the scales follow the values in one allocation: from 4 MiB a region of the context's (2 MiB
-     * pages, recycled), where a separate allocation of their own faulted in every 4 KiB page at
-     * each first call (a 4096 x 11008 weight in blocks of 32: 2.75 MiB of f16 scales, 9 ms of
-     * page faults on a Zen 5 VM) */
-    pack_values_alloc(s, p, (vbytes + 63) / 64 * 64, nsc * (sb16 ? 2 : 4));
+    /* the scales follow the values in one allocation (pack_values_alloc): from 4 MiB a region of
+     * the context's (2 MiB pages, recycled), where a separate allocation of their own faulted in
+     * every 4 KiB page at each first call (a 4096 x 11008 weight in blocks of 32: 2.75 MiB of f16
+     * scales, 9 ms of page faults on a Zen 5 VM); apart only below 4 MiB, where the values alone
+     * fill their region */
+    pack_values_alloc(s, p, round_up64(vbytes), nsc * (sb16 ? 2 : 4));
     if (!p->b) {
         ember__qpack_free(p);
         EMBER_FAIL(EMBER_ERR_OUT_OF_MEMORY, "cpu q_matmul: no memory to pack a %lld x %lld operand",
@@ -529,7 +528,6 @@ static ember_status qpack_b_any(ember__cpu_state *s, ember__qpack *p, int64_t k,
         a.row = plain_row;
         a.src = &a;
     }
-
     ember__cpu_parallel_for(s, (p->np + PACK_NB - 1) / PACK_NB, pack_b_task, &a);
     return EMBER_OK;
 }

@@ -162,6 +162,14 @@ size_t ember__qdirect_amx_work_bytes(void);
  * k, signed; and the column order of a piece's four interleaved registers restored */
 void ember__qdirect_stage(const ember__qdirect *d, int64_t kk, int64_t jt, int64_t jn, uint8_t *dst,
                           int64_t pstride);
+/* Both kernels' staged chunk: each piece's ng groups one after another (256 bytes each, a tile's
+ * rows 256 bytes apart), and each piece 256 bytes further than the last one ends, so that the
+ * pieces one group writes fall in different L1 sets. The stride from piece to piece: */
+static inline int64_t ember__qdirect_piece_stride(int64_t ng) { return (ng + 1) * 256; }
+/* and the bytes of a chunk of kc K rows (kc % 4 == 0) over w columns (w % 64 == 0) */
+static inline size_t ember__qdirect_chunk_bytes(int64_t kc, int64_t w) {
+    return (size_t)(w / 64) * (size_t)ember__qdirect_piece_stride(kc / 4);
+}
 #ifdef __AVX512F__
 void ember__qdirect_order(const __m512i x[4], __m512i out[4]);
 #endif
@@ -266,13 +274,13 @@ double ember__qpeak_amx_l1(int64_t iters, const uint8_t *buf);
  * stream: written with streaming stores (dst 64-byte aligned); the caller fences. */
 void ember__qpack8_avx512(const int8_t *const rows[4], int64_t nv, int64_t jn, uint8_t *dst,
                           int64_t pstride, int stream);
-/* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
- * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row. */
 /* The 32 scales of a panel row, src[0..nv) and zeros past nv (nv <= 32; may be <= 0), into dst as
  * f16 (sb16: each one exactly an f16) or f32 */
 void ember__qscales32_avx512(const float *src, int64_t nv, int sb16, void *dst);
 /* 1 when every one of x[0..n) is exactly an f16 (ember__f32_exact_f16), else 0 */
 int ember__qall_f16_avx512(const float *x, size_t n);
+/* AVX-512 packing of one A row (qgemm_avx512.c): 64-byte pieces at dst + q * pstride, and the
+ * sums per K chunk (kc % 64 == 0, kc == 32 or nch == 1) into rs. src NULL: a zero padding row. */
 void ember__qa_row_avx512(const int8_t *src, int64_t k, int64_t kp, int64_t kc, int64_t nch,
                           int8_t *dst, int64_t pstride, int32_t *rs);
 

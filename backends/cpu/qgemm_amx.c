@@ -543,12 +543,13 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
 #define DAMX_W_TALL 512
 #define DAMX_KC_TALL 512
 
+/* (K + 4) x W: ember__qdirect_chunk_bytes, written out for the compiler */
 _Static_assert((DAMX_KC_TALL + 4) * DAMX_W_TALL <= (DAMX_KC + 4) * EMBER__DIRECT_W &&
                    DAMX_W_TALL / 64 * 128 <= EMBER__DIRECT_W / 64 * 32,
                "the taller tasks' staged chunk and sums fit the buffer the shorter ones size");
 
 size_t ember__qdirect_amx_work_bytes(void) {
-    return (size_t)(DAMX_KC + 4) * EMBER__DIRECT_W +
+    return ember__qdirect_chunk_bytes(DAMX_KC, EMBER__DIRECT_W) +
            (size_t)(EMBER__DIRECT_W / 64) * 4 * 32 * 16 * 4;
 }
 
@@ -591,9 +592,7 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
         for (int64_t kc = 0; kc < k; kc += KC) {
             /* whole tiles of 16 groups: groups past K are staged as zeros */
             const int64_t ng = ((k - kc < KC ? k - kc : KC) + 63) / 64 * 16;
-            /* staged bytes a piece (its groups one after another: a tile's rows 256 bytes
-             * apart), and 256 more: a group's pieces then fall in different L1 sets */
-            const int64_t ps = ng * 256 + 256;
+            const int64_t ps = ember__qdirect_piece_stride(ng); /* qgemm.h */
             for (int64_t g = 0; g < ng; g++)
                 ember__qdirect_stage(d, kc + 4 * g, jt, jn, st + g * 256, ps);
             const int first = kc == 0;

@@ -839,7 +839,8 @@ DIRECT_ROWS(5)
 DIRECT_ROWS(6)
 
 size_t ember__qdirect_work_bytes(void) {
-    return (size_t)(DIRECT_KC + 4) * EMBER__DIRECT_W + (size_t)16 * EMBER__DIRECT_W * 4;
+    return ember__qdirect_chunk_bytes(DIRECT_KC, EMBER__DIRECT_W) +
+           (size_t)16 * EMBER__DIRECT_W * 4;
 }
 
 void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void *work) {
@@ -860,9 +861,7 @@ void ember__qdirect_avx512(const ember__qdirect *d, int64_t j0, int64_t j1, void
         const int npc = (int)((jn + 63) / 64);
         for (int64_t kc = 0; kc < k; kc += DIRECT_KC) {
             const int64_t ng = ((k - kc < DIRECT_KC ? k - kc : DIRECT_KC) + 3) / 4;
-            /* staged bytes a piece, and 256 more: a group's pieces, written one after another,
-             * then fall in different L1 sets */
-            const int64_t ps = ng * 256 + 256;
+            const int64_t ps = ember__qdirect_piece_stride(ng);
             for (int64_t g = 0; g < ng; g++)
                 direct_stage_group(d, kc + 4 * g, jt, jn, st + g * 256, ps, 1);
             for (int pc = 0; pc < npc; pc++)
