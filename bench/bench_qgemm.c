@@ -26,7 +26,9 @@
  * (K x N bytes) on ember's pool, so that the probe meets the same cache conditions as the kernel
  * rows (the other rows' data pass between two passes, as between two calls of a kernel row; the
  * ceiling probe above reads one buffer over and over, so it finds it hot in the cache, and the
- * kernel rows never do). Both figures are printed.
+ * kernel rows never do). Both figures are printed. The e_q4 row has a roofline of its own: its
+ * pack's bytes (values and scales) at the in-round read rate of a buffer that size, printed with
+ * its ratio to the Q8 roofline (the most Q4 / Q8 can read at M = 1 in that round).
  *
  * Usage: bench_qgemm [--json] [--quick] [--threads 1|2] [--reps N] [--shape M,N,K] [--blas-apart]
  *                    [--block N]
@@ -165,22 +167,27 @@ static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size
 static uint8_t *probe_alloc(size_t bytes) { return ember__map_huge(bytes); }
 static void probe_free(uint8_t *p, size_t bytes) { ember__map_free(p, bytes); }
 
-/* The bandwidth row of decode shapes: one pass over a buffer as large as the Q8 weights, on
- * ember's pool, timed inside the interleaved rounds like the kernel rows (the other rows' data
- * pass through the cache between two passes, as between two calls of a kernel row). Chunks of
- * 1 MiB, 64-byte loads. */
+/* The bandwidth rows of decode shapes: one pass over a buffer as large as the Q8 weights (and
+ * one as large as the e_q4 row's pack: values and scales), on ember's pool, timed inside the
+ * interleaved rounds like the kernel rows (the other rows' data pass through the cache between
+ * two passes, as between two calls of a kernel row). 16 chunks (1 MiB for a 4096^2 Q8 weight, so
+ * that two threads get even shares at either size), 64-byte loads. */
 typedef struct bw_arg {
     const uint8_t *buf;
-    size_t bytes;
+    size_t bytes, chunk;
     uint64_t sink[64];
 } bw_arg;
 
-#define BW_CHUNK ((size_t)1 << 20)
+static void bw_init(bw_arg *a, size_t bytes) {
+    memset(a, 0, sizeof *a);
+    a->bytes = bytes;
+    a->chunk = (bytes / 16 + 255) / 256 * 256;
+}
 
 __attribute__((target("avx512f"))) static void bw_task(void *varg, int64_t task, int thread) {
     bw_arg *a = varg;
-    const size_t off = (size_t)task * BW_CHUNK;
-    const size_t len = a->bytes - off < BW_CHUNK ? a->bytes - off : BW_CHUNK;
+    const size_t off = (size_t)task * a->chunk;
+    const size_t len = a->bytes - off < a->chunk ? a->bytes - off : a->chunk;
     __m512i x0 = _mm512_setzero_si512(), x1 = x0, x2 = x0, x3 = x0;
     for (size_t i = 0; i + 256 <= len; i += 256) {
         x0 = _mm512_xor_si512(x0, _mm512_load_si512((const void *)(a->buf + off + i)));
@@ -193,7 +200,7 @@ __attribute__((target("avx512f"))) static void bw_task(void *varg, int64_t task,
 }
 
 static void bw_pass(ember__cpu_state *s, bw_arg *a) {
-    ember__cpu_parallel_for(s, (int64_t)((a->bytes + BW_CHUNK - 1) / BW_CHUNK), bw_task, a);
+    ember__cpu_parallel_for(s, (int64_t)((a->bytes + a->chunk - 1) / a->chunk), bw_task, a);
 }
 
 /* ---------------------------------------------------------------- oneDNN */
@@ -336,10 +343,10 @@ static void ember_first(ember_case *e) {
 
 /* ---------------------------------------------------------------- main */
 
-enum { R_E8, R_E8F, R_E4, R_E8B, R_DR, R_DP, R_BLAS, R_BW, NROWS };
+enum { R_E8, R_E8F, R_E4, R_E8B, R_DR, R_DP, R_BLAS, R_BW, R_BW4, NROWS };
 static const char *row_names[NROWS] = {"ember_q8_cached",  "ember_q8_first", "ember_q4_cached",
                                        "ember_q8_blocked", "dnnl_reordered", "dnnl_plain",
-                                       "blas_sgemm",       "read_bw"};
+                                       "blas_sgemm",       "read_bw",        "read_bw_q4"};
 
 int main(int argc, char **argv) {
     /* OpenBLAS's core type and short idle spins for the interleaved rows, each unless the caller
@@ -549,17 +556,23 @@ int main(int argc, char **argv) {
             for (int64_t j = 0; j < n * nb4; j++)
                 sb4[j] = ember__f16_to_f32(ember__f32_to_f16(0.01f + 0.0001f * (float)(j % 97)));
             ember_case e = {s, best, m, n, k, A, B, B4, sa, sb, sb4, sa4, C, {0}, {0}, {0}};
-            bw_arg bwa;
-            memset(&bwa, 0, sizeof bwa);
-            bwa.bytes = (size_t)(k * n);
-            uint8_t *bwrow = m <= 8 ? probe_alloc(bwa.bytes) : NULL;
-            if (bwrow)
-                memset(bwrow, 3, bwa.bytes);
-            bwa.buf = bwrow;
             s8_src s4 = {B4, n};
             ember__qpack_b_plain(s, &e.p8, k, n, n, 0, B, sb);
             ember__qpack_b_mt(s, &e.p4, k, n, kcb, 4, s8_row, &s4, sb4);
             ember__qpack_b_plain(s, &e.p8b, k, n, n, kcb, B, sb4);
+            /* the decode rows' probes: the Q8 weights' size, and the e_q4 pack's (its values
+             * and its scales, f16 where they are exact) */
+            bw_arg bwa, bwa4;
+            bw_init(&bwa, (size_t)(k * n));
+            bw_init(&bwa4, ember__qpack_bytes(&e.p4));
+            uint8_t *bwrow = m <= 8 ? probe_alloc(bwa.bytes) : NULL;
+            uint8_t *bwrow4 = m <= 8 ? probe_alloc(bwa4.bytes) : NULL;
+            if (bwrow)
+                memset(bwrow, 3, bwa.bytes);
+            if (bwrow4)
+                memset(bwrow4, 3, bwa4.bytes);
+            bwa.buf = bwrow;
+            bwa4.buf = bwrow4;
 #ifdef EMBER_BENCH_HAVE_DNNL
             dnnl_case dr, dp;
             dnnl_setup(&dr, m, n, k, A, B, C32, 1);
@@ -615,6 +628,10 @@ int main(int argc, char **argv) {
                         if (bwrow)
                             bw_pass(s, &bwa);
                         break;
+                    case R_BW4:
+                        if (bwrow4)
+                            bw_pass(s, &bwa4);
+                        break;
                     default:
                         break;
                     }
@@ -635,6 +652,7 @@ int main(int argc, char **argv) {
                 g[row] = ops / median(t[row], reps) * 1e-9;
             /* GB/s of the in-round read pass (decode shapes) */
             const double bwr = bwrow ? (double)bwa.bytes / median(t[R_BW], reps) * 1e-9 : NAN;
+            const double bwr4 = bwrow4 ? (double)bwa4.bytes / median(t[R_BW4], reps) * 1e-9 : NAN;
             if (!have_dnnl)
                 g[R_DR] = g[R_DP] = NAN;
             double pk = best == EMBER__QT_AMX ? amx_peak : vnni_peak;
@@ -644,7 +662,8 @@ int main(int argc, char **argv) {
                 for (int row = 0; row < R_BW; row++)
                     printf(", \"%s_gops\": %.1f", row_names[row], isnan(g[row]) ? -1.0 : g[row]);
                 if (bwrow)
-                    printf(", \"read_bw_in_round_gbs\": %.1f", bwr);
+                    printf(", \"read_bw_in_round_gbs\": %.1f, \"read_bw_q4_in_round_gbs\": %.1f",
+                           bwr, bwr4);
                 printf("}");
             } else {
                 char shp[32];
@@ -659,10 +678,17 @@ int main(int argc, char **argv) {
                        shp, g[R_E8], g[R_E8F], g[R_E4], g[R_E8B], g[R_DR], g[R_DP], g[R_BLAS],
                        g[R_E8] / g[R_DR], g[R_E8F] / g[R_DP], g[R_E4] / g[R_E8],
                        g[R_E8] / g[R_BLAS], 100 * g[R_E8] / pk, loop);
-                if (m <= 8)
-                    printf("  roofline %.0f%% of %.0f (warm probe: %.0f%%)",
+                if (m <= 8) {
+                    /* e_q4's roofline: its pack's bytes at the in-round read rate of a buffer
+                     * that size, as GOPS; q4/q8 cannot pass its ratio to Q8's roofline */
+                    const double q4roof =
+                        2.0 * (double)m * (double)(k * n) / (double)bwa4.bytes * bwr4;
+                    printf("  roofline %.0f%% of %.0f (warm probe: %.0f%%); e_q4 %.0f%% of %.0f "
+                           "(q4/q8 ceiling %.2f)",
                            100 * g[R_E8] / (2.0 * (double)m * bwr), 2.0 * (double)m * bwr,
-                           100 * g[R_E8] / (2.0 * (double)m * bw_gbs));
+                           100 * g[R_E8] / (2.0 * (double)m * bw_gbs), 100 * g[R_E4] / q4roof,
+                           q4roof, q4roof / (2.0 * (double)m * bwr));
+                }
 #ifdef EMBER_BENCH_HAVE_DNNL
                 if (nt == 1 && si == 0)
                     printf("  (dnnl: %s)", dnnl_impl(m, n, k));
@@ -678,6 +704,7 @@ int main(int argc, char **argv) {
             ember__qpack_free(&e.p4);
             ember__qpack_free(&e.p8b);
             probe_free(bwrow, bwa.bytes);
+            probe_free(bwrow4, bwa4.bytes);
             ember__aligned_free(A);
             ember__aligned_free(B);
             ember__aligned_free(B4);

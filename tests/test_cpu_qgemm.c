@@ -275,6 +275,12 @@ static void test_epilogue(void) {
      * 64 or 128 columns at 2 threads or 1; np = 1024) */
     check_epilogue(s, 1, 1000, 256, 32, 4, 1);
     check_epilogue(s, 1, 1000, 128, 32, 8, 0);
+    /* decode rows over tasks of 5 and 7 panels (2 threads; np 2176 and 3520): four panels a pass,
+     * then two, then one, the last panel ragged; and the last chunks of B, which fetch nothing
+     * ahead (the one-row kernel, AVX-512) */
+    check_epilogue(s, 1, 2149, 256, 32, 4, 1);
+    check_epilogue(s, 1, 3500, 128, 32, 4, 0);
+    check_epilogue(s, 1, 3500, 256, 32, 8, 1);
     check_epilogue(s, 9, 70, 200, 0, 8, 0);     /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);    /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0);   /* pipelined scaling over many K steps */
@@ -307,10 +313,11 @@ static void test_epilogue(void) {
     check_epilogue(s, 12, 70, 192, 64, 8, 1);
     check_epilogue(s, 14, 70, 256, 128, 4, 1);
     check_epilogue(s, 25, 70, 192, 64, 8, 1);
-    check_epilogue(s, 8, 70, 256, 32, 4, 1);  /* 8 rows in one pass (VNNI: micro_rows8) */
-    check_epilogue(s, 7, 45, 192, 64, 8, 0);  /* 7 rows, 8-bit blocks */
-    check_epilogue(s, 1, 100, 256, 32, 4, 0); /* decode row (VNNI: the one-row kernel) */
-    check_epilogue(s, 1, 70, 384, 128, 8, 1); /* decode row, 8-bit blocks of 128 */
+    check_epilogue(s, 8, 70, 256, 32, 4, 1);   /* 8 rows in one pass (VNNI: micro_rows8) */
+    check_epilogue(s, 7, 45, 192, 64, 8, 0);   /* 7 rows, 8-bit blocks */
+    check_epilogue(s, 1, 100, 256, 32, 4, 0);  /* decode row (VNNI: the one-row kernel) */
+    check_epilogue(s, 1, 70, 384, 128, 8, 1);  /* decode row, 8-bit blocks of 128 */
+    check_epilogue(s, 1, 3500, 128, 32, 4, 1); /* decode row, four panels a pass */
     g_sa_row = 0;
     ember_context_destroy(ctx);
 }

@@ -364,72 +364,119 @@ EMBER__INLINE void micro_rows8(const ember__qjob *jb, int64_t i, int64_t j, cons
     }
 }
 
+/* A fresh register holding v (or zero): an accumulator's starting value. From one shared value
+ * (the bias term, or zero) GCC 12 kept one chain in that value's register and copied the others
+ * to a spare register and back around every product (the one-row loop: 45 instructions a step of
+ * 8 products; 25 with these). */
+EMBER__INLINE __m512i acc_from(__m512i v) {
+    __m512i x;
+    __asm__ volatile("vmovdqa64 %1, %0" : "=v"(x) : "v"(v));
+    return x;
+}
+EMBER__INLINE __m512i acc_zero(void) {
+    __m512i x;
+    __asm__ volatile("vpxord %0, %0, %0" : "=v"(x));
+    return x;
+}
+
+/* How far ahead the one-row kernel fetches B into L1: eight of its steps of 8 k (4-bit: 128
+ * bytes a panel a step, 8-bit: 256). See row_panels. */
+#define ROW_PF_STEPS 8
+
+/* One K chunk of row_panels: kc values of A's row (ac) against NP panels of B's chunk (bc, the
+ * panels pbytes apart) into the chains a0, a1, h0, h1; pf: fetch each panel's bytes
+ * ROW_PF_STEPS steps ahead into L1. */
+EMBER__INLINE void row_chunk(const int8_t *ac, const uint8_t *bc, int64_t kc, int64_t pbytes,
+                             const int bits, const int NP, const int pf, __m512i *a0, __m512i *a1,
+                             __m512i *h0, __m512i *h1) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t kk = 0; kk < kc; kk += 8) {
+        int32_t x0, x1;
+        __builtin_memcpy(&x0, ac + kk, 4);
+        __builtin_memcpy(&x1, ac + kk + 4, 4);
+        const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+#pragma GCC unroll 4
+        for (int q = 0; q < NP; q++) {
+            if (bits == 4) {
+                const uint8_t *w = bc + q * pbytes + kk * 16;
+                if (pf) {
+                    _mm_prefetch((const char *)(w + ROW_PF_STEPS * 128), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(w + ROW_PF_STEPS * 128 + 64), _MM_HINT_T0);
+                }
+                const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
+                a0[q] = dpb(a0[q], _mm512_and_si512(w0, m4), y0);
+                a1[q] = dpb(a1[q], _mm512_and_si512(w1, m4), y0);
+                h0[q] = dpb(h0[q], _mm512_andnot_si512(m4, w0), y1);
+                h1[q] = dpb(h1[q], _mm512_andnot_si512(m4, w1), y1);
+            } else {
+                const uint8_t *w = bc + q * pbytes + kk * 32;
+                if (pf)
+                    for (int l = 0; l < 4; l++)
+                        _mm_prefetch((const char *)(w + ROW_PF_STEPS * 256 + 64 * l), _MM_HINT_T0);
+                a0[q] = dpb(a0[q], _mm512_load_si512(w), y0);
+                a1[q] = dpb(a1[q], _mm512_load_si512(w + 64), y0);
+                h0[q] = dpb(h0[q], _mm512_load_si512(w + 128), y1);
+                h1[q] = dpb(h1[q], _mm512_load_si512(w + 192), y1);
+            }
+        }
+    }
+}
+
 /* One row of A (decode) against B in K chunks (4-bit B, or 8-bit B with block scales), columns
  * [j0, j1): micro() with MR = 1 did the same work, but at blocks of 32 its bookkeeping per chunk
  * (the loop of prefetches, the bias subtracted, the scale format tested, registers shuffled
  * between chunks) cost more than the 16 products. Here the sums start at minus the bias term, the
- * prefetches (4-bit) ride along the loads, the chunk's scales are multiplied before the
- * conversion's result is ready, and the value width and scale format are fixed per call. Single
- * thread, B in L2 (K = 4096, N = 256, 4-bit, blocks of 32, f16 scales): the kernel alone 236
- * against ~110 GOPS.
- * row_panels takes NP (1 or 2) panels of 32 columns from j in one pass; row_body (below) two
- * where it can: each broadcast of A then feeds eight products instead of four, with eight chains
- * in flight.
- * bench_qgemm --shape 1,4096,4096, 2 threads, one panel a pass against two, alternated (the H200
- * host's Xeon five times, the Zen 5 three), GOPS: the Xeon e_q8b (8-bit, blocks of 32) 38-43 ->
- * 41-46, e_q4 77-81 -> 77-85 (level); the Zen 5 e_q8b 81-113 -> 107-120, e_q4 level. */
+ * chunk's scales are multiplied before the conversion's result is ready, and the value width and
+ * scale format are fixed per call. Single thread, B in L2 (K = 4096, N = 256, 4-bit, blocks of
+ * 32, f16 scales): the kernel alone 236 against ~110 GOPS.
+ * row_panels takes NP (1, 2 or 4) panels of 32 columns from j in one pass; row_body (below) four
+ * where it can: each broadcast of A then feeds 16 products, with 16 chains in flight.
+ * B is fetched ROW_PF_STEPS steps ahead into L1 (1 KiB a panel at 4 bits, 2 KiB at 8), where it
+ * was fetched 8 KiB ahead into L2 (4-bit only) and two panels a pass. The kernels alone, in one
+ * process, alternated, 2 threads, M = 1, K = N = 4096, blocks of 32, medians of 101 calls with
+ * 64 MiB written between calls (cold) or not (hot), against the old kernel: the H200 host's Xeon,
+ * 4-bit, cold 1.09-1.13x in three runs (to 101-105% of a plain read of the pack's bytes in the
+ * same rounds, from 91-94%), hot 1.085x; 8-bit, cold 1.05x, hot level; the Zen 5, 4-bit, cold
+ * 1.20-1.21x, hot 1.30x; 8-bit cold 1.17x, hot 1.08x. Prefetching into L2 as well (8 KiB) lost
+ * most of the gain; four panels against two (both fetching into L1) were level in memory, ahead
+ * with B in L2 (the Zen 5 122 against 92 GB/s of B, one thread). */
 EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
                               const int sb16, const int NP) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
     const int64_t pbytes = kp * bits * 4; /* one panel: 32 columns x kp values */
-    const int64_t bbytes = (p->np / 32) * pbytes;
+    const int64_t cbytes = kc * bits * 4; /* a panel's chunk */
     const int8_t *a = jb->a + i * kp;
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
     const uint8_t *b = p->b + (j / 32) * pbytes;
-    int64_t sj[2];
-    __m512 f[2][2];
-#pragma GCC unroll 2
+    /* the offset of the last chunk that prefetches: the last panel's chunk ROW_PF_STEPS steps on
+     * still lies in B's values */
+    const int64_t pf_last =
+        (p->np / 32) * pbytes - (NP - 1) * pbytes - cbytes - ROW_PF_STEPS * 32 * bits;
+    int64_t sj[4];
+    __m512 f[4][2];
+#pragma GCC unroll 4
     for (int q = 0; q < NP; q++) {
         sj[q] = ember__qpack_sidx(p, 0, j + 32 * q);
         f[q][0] = f[q][1] = _mm512_setzero_ps();
     }
     for (int64_t c = 0; c < nch; c++) {
-        __m512i a0[2], a1[2], h0[2], h1[2]; /* h: second chains (4-bit: 16 x the high nibbles') */
-#pragma GCC unroll 2
+        __m512i a0[4], a1[4], h0[4], h1[4]; /* h: second chains (4-bit: 16 x the high nibbles') */
+        const __m512i bias = _mm512_set1_epi32(-p->bias * rs[c]);
+#pragma GCC unroll 4
         for (int q = 0; q < NP; q++) {
-            a0[q] = a1[q] = _mm512_set1_epi32(-p->bias * rs[c]);
-            h0[q] = h1[q] = _mm512_setzero_si512();
+            a0[q] = acc_from(bias);
+            a1[q] = acc_from(bias);
+            h0[q] = acc_zero();
+            h1[q] = acc_zero();
         }
-        const uint8_t *bc = b + c * kc * bits * 4;
-        const int8_t *ac = a + c * kc;
-        for (int64_t kk = 0; kk < kc; kk += 8) {
-            int32_t x0, x1;
-            __builtin_memcpy(&x0, ac + kk, 4);
-            __builtin_memcpy(&x1, ac + kk + 4, 4);
-            const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
-#pragma GCC unroll 2
-            for (int q = 0; q < NP; q++) {
-                if (bits == 4) {
-                    const uint8_t *w = bc + q * pbytes + kk * 16;
-                    b_prefetch(p, w, bbytes);
-                    const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
-                    a0[q] = dpb(a0[q], _mm512_and_si512(w0, m4), y0);
-                    a1[q] = dpb(a1[q], _mm512_and_si512(w1, m4), y0);
-                    h0[q] = dpb(h0[q], _mm512_andnot_si512(m4, w0), y1);
-                    h1[q] = dpb(h1[q], _mm512_andnot_si512(m4, w1), y1);
-                } else {
-                    const uint8_t *w = bc + q * pbytes + kk * 32;
-                    a0[q] = dpb(a0[q], _mm512_load_si512(w), y0);
-                    a1[q] = dpb(a1[q], _mm512_load_si512(w + 64), y0);
-                    h0[q] = dpb(h0[q], _mm512_load_si512(w + 128), y1);
-                    h1[q] = dpb(h1[q], _mm512_load_si512(w + 192), y1);
-                }
-            }
-        }
-#pragma GCC unroll 2
+        const uint8_t *bc = b + c * cbytes;
+        if (__builtin_expect(bc - p->b <= pf_last, 1))
+            row_chunk(a + c * kc, bc, kc, pbytes, bits, NP, 1, a0, a1, h0, h1);
+        else
+            row_chunk(a + c * kc, bc, kc, pbytes, bits, NP, 0, a0, a1, h0, h1);
+#pragma GCC unroll 4
         for (int q = 0; q < NP; q++) {
             if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
                 h0[q] = _mm512_srai_epi32(h0[q], 4);
@@ -445,7 +492,7 @@ EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const
                 _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[q], h1[q])), s1, f[q][1]);
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int q = 0; q < NP; q++) {
         const int64_t nv = p->n - j - 32 * q;
         float *o = jb->c + i * jb->ldc + j + 32 * q;
@@ -456,10 +503,13 @@ EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const
 
 EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
                             const int bits, const int sb16) {
+    const int64_t n = jb->p->n;
     int64_t j = j0;
-    for (; j + 32 < j1 && j + 32 < jb->p->n; j += 64)
+    for (; j + 96 < j1 && j + 96 < n; j += 128)
+        row_panels(jb, i, j, bits, sb16, 4);
+    for (; j + 32 < j1 && j + 32 < n; j += 64)
         row_panels(jb, i, j, bits, sb16, 2);
-    for (; j < j1 && j < jb->p->n; j += 32)
+    for (; j < j1 && j < n; j += 32)
         row_panels(jb, i, j, bits, sb16, 1);
 }
 
