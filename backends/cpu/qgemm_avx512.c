@@ -380,7 +380,7 @@ EMBER__INLINE __m512i acc_zero(void) {
 }
 
 /* How far ahead the one-row kernel fetches B into L1: eight of its steps of 8 k (4-bit: 128
- * bytes a panel a step, 8-bit: 256). See row_panels. */
+ * bytes a panel a step, 8-bit: 256; every line). See row_panels. */
 #define ROW_PF_STEPS 8
 
 /* One K chunk of row_panels: kc values of A's row (ac) against NP panels of B's chunk (bc, the
@@ -433,13 +433,17 @@ EMBER__INLINE void row_chunk(const int8_t *ac, const uint8_t *bc, int64_t kc, in
  * where it can: each broadcast of A then feeds 16 products, with 16 chains in flight.
  * B is fetched ROW_PF_STEPS steps ahead into L1 (1 KiB a panel at 4 bits, 2 KiB at 8), where it
  * was fetched 8 KiB ahead into L2 (4-bit only) and two panels a pass. The kernels alone, in one
- * process, alternated, 2 threads, M = 1, K = N = 4096, blocks of 32, medians of 101 calls with
- * 64 MiB written between calls (cold) or not (hot), against the old kernel: the H200 host's Xeon,
- * 4-bit, cold 1.09-1.13x in three runs (to 101-105% of a plain read of the pack's bytes in the
- * same rounds, from 91-94%), hot 1.085x; 8-bit, cold 1.05x, hot level; the Zen 5, 4-bit, cold
- * 1.20-1.21x, hot 1.30x; 8-bit cold 1.17x, hot 1.08x. Prefetching into L2 as well (8 KiB) lost
- * most of the gain; four panels against two (both fetching into L1) were level in memory, ahead
- * with B in L2 (the Zen 5 122 against 92 GB/s of B, one thread). */
+ * process, alternated, 2 threads, M = 1, K = N = 4096, blocks of 32, medians of 101-151 calls
+ * with 64 MiB written between calls (cold) or not (hot), against the old kernel: the H200 host's
+ * Xeon, 4-bit, cold 1.06-1.09x (to 100-105% of a plain read of the pack's bytes in the same
+ * rounds, from 94-96%), hot 1.06x; the Zen 5, 4-bit, cold 1.07-1.10x, hot 1.29x (in an earlier
+ * state of that VM, the same design 1.15-1.21x and 1.26-1.30x). Prefetching into L2 as well
+ * (8 KiB) lost most of the gain on the Zen 5; four panels against two (both fetching into L1)
+ * were level in memory, ahead with B in L2 (the Zen 5 122 against 92 GB/s of B, one thread).
+ * 8-bit B (blocks), cold, against the old kernel (which fetched nothing): the Xeon 1.08-1.09x
+ * fetching every line, 1.06x one line of four, 1.02-1.05x none (three runs, in that order in
+ * each); hot, all within 3%. On the Zen 5 the same builds read 0.87-1.17x, the order changing
+ * from one build of the same code to the next (code placement, CMakeLists.txt). */
 EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
                               const int sb16, const int NP) {
     const ember__qpack *p = jb->p;
