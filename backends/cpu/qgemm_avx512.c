@@ -38,11 +38,14 @@ EMBER__INLINE __m512i dpb(__m512i acc, __m512i u, __m512i s) {
     return acc;
 }
 
-/* Decode rows fetch B's bytes this far ahead into L2. 4-bit B (every K chunk): the 4-bit decode
- * row is slower per byte than the 8-bit one (the unpack and a scaled epilogue per block of 32),
- * and cold, it drew B at ~17 GB/s where the 8-bit row drew ~30. Measured (M = 1, K = N = 4096,
- * blocks of 32, 2 threads, one process, 48 MiB written between calls, medians of 21): 85 / 85 ->
- * 117 / 106 GOPS (4 KiB ahead: 109 / 99; 16 KiB: 116 / 103). 8-bit B, one row (micro with MR = 1:
+/* The decode kernels of micro() fetch B's bytes this far ahead into L2: 4-bit B of 2-8 rows
+ * (panel_sums) and 8-bit B of one row (micro's own loop). The one-row kernel for K chunks
+ * (row_panels) fetched 4-bit B so until the twenty-third session and now fetches into L1
+ * (ROW_PF_STEPS). Measured when it was the 4-bit decode row's: slower per byte than the 8-bit
+ * one (the unpack and a scaled epilogue per block of 32), cold, it drew B at ~17 GB/s where the
+ * 8-bit row drew ~30; with the prefetch (M = 1, K = N = 4096, blocks of 32, 2 threads, one
+ * process, 48 MiB written between calls, medians of 21): 85 / 85 -> 117 / 106 GOPS (4 KiB ahead:
+ * 109 / 99; 16 KiB: 116 / 103). 8-bit B, one row (micro with MR = 1:
  * per-tensor or per-column scales): that harness read it level (B from memory), but in
  * bench_qgemm --shape 1,4096,4096 (31 rounds, B in L3), without and with alternated, medians of
  * e_q8: 87 -> 91.5 GOPS (eight alternations; 94.5% -> 102% of the in-round roofline) and 84 ->
