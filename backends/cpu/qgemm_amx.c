@@ -539,7 +539,18 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * the sums), the same buffer. Measured against the AMX slice-packing path (ember__qgemm_raw, since
  * removed) that took these rows before (bench_qgemm, 2 threads, three alternations): 128 x 4096^2
  * 1662-1983 -> 1885-2294 GOPS, 128 x 11008 x 4096 1437-1515 -> 1664-1803; passes of 256-1024
- * columns and chunks of 256-1024 rows were within the noise of these. */
+ * columns and chunks of 256-1024 rows were within the noise of these.
+ * The 2 x 2 step of these tasks (17 rows and more) is the cached kernel's pipelined one
+ * (AMX_STEP22_SA_PIPE: A's tiles past L1, each operand tile reloaded as soon as its last product
+ * is issued), where it was AMX_STEP22. On the H200 host's Xeon (loaded), an in-process A/B of the
+ * two kernels, medians of the ratios of 31 paired calls: 128 x 4096^2 1.05-1.10, 128 x 11008 x
+ * 4096 1.07-1.10, 32 x 4096^2 1.04-1.07; bench_qgemm alternated four times, first call over oneDNN
+ * without reorder: 128 x 4096^2 1.26 / 1.31 / 1.31 / 1.26 -> 1.33 / 1.32 / 1.35 / 1.23, 128 x
+ * 11008 x 4096 1.45 / 1.32 / 1.23 / 1.25 -> 1.40 / 1.50 / 1.63 / 1.34, 32 x 4096^2 level. In that
+ * harness a 128-row call's tile work alone (B staged once) took 45-80% of the call and the
+ * staging alone 22-30%: the two add up, and staging the next chunk between the tile blocks of
+ * this one (double-buffered) did not overlap them (0.96-1.05); fetching B further ahead, or the
+ * next chunk into L2 during the tile work, or A and the buffers on huge pages, read level. */
 #define DAMX_W_TALL 512
 #define DAMX_KC_TALL 512
 
@@ -630,6 +641,9 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                     for (int q = 0; q < 4; q += 2) {
                         int32_t *c0 = ap + (q * rs + rb * 32) * 16, *c1 = c0 + rs * 16;
                         const int8_t *a0 = d->a + rb * 32 * lda + kc;
+                        const uint8_t *b = bp + q * 64;
+                        /* the first step's operands ahead of the sums (see the pipelined step) */
+                        AMX_LOAD22_SA(a0, a0 + 16 * lda, lda, b, b + 64, 256);
                         if (first) {
                             AMX_ZERO4();
                         } else {
@@ -638,10 +652,12 @@ void ember__qdirect_amx(const ember__qdirect *d, int64_t j0, int64_t j1, void *w
                             _tile_loadd(2, c0 + 16 * 16, 64);
                             _tile_loadd(3, c1 + 16 * 16, 64);
                         }
-                        for (int64_t s = 0; s < ng / 16; s++) {
-                            const uint8_t *b = bp + s * 16 * 256 + q * 64;
-                            AMX_STEP22(_tile_dpbssd, a0 + s * 64, a0 + 16 * lda + s * 64, lda, b,
-                                       b + 64, 256);
+                        const int64_t ns = ng / 16;
+                        for (int64_t s = 0; s < ns; s++) {
+                            const int8_t *an = a0 + (s + 1) * 64;
+                            const uint8_t *bn = b + (s + 1) * 16 * 256;
+                            AMX_STEP22_SA_PIPE(_tile_dpbssd, s + 1 < ns, an, an + 16 * lda, lda, bn,
+                                               bn + 64, 256);
                         }
                         _tile_stored(0, c0, 64);
                         _tile_stored(1, c1, 64);
