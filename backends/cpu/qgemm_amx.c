@@ -547,8 +547,8 @@ static void block_pipelined(const ember__qjob *jb, int64_t i0, int64_t i1, int64
  * 4096 1.07-1.10, 32 x 4096^2 1.04-1.07; bench_qgemm alternated four times, first call over oneDNN
  * without reorder: 128 x 4096^2 1.26 / 1.31 / 1.31 / 1.26 -> 1.33 / 1.32 / 1.35 / 1.23, 128 x
  * 11008 x 4096 1.45 / 1.32 / 1.23 / 1.25 -> 1.40 / 1.50 / 1.63 / 1.34, 32 x 4096^2 level. In that
- * harness a 128-row call's tile work alone (B staged once) took 45-80% of the call and the
- * staging alone 22-30%: the two add up, and staging the next chunk between the tile blocks of
+ * harness a 128-row call's tile work alone (B staged once) took 45-81% of the call and the
+ * staging alone 21-32%: the two add up, and staging the next chunk between the tile blocks of
  * this one (double-buffered) did not overlap them (0.83-1.05); fetching B further ahead, the next
  * chunk into L2 during the tile work, passes of 1024 columns, or A and the buffers on huge pages
  * did not help either (0.83-1.27, mostly under 1; bench/results/cpu.md). */
