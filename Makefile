@@ -21,7 +21,20 @@ ASAN_CFLAGS := -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_C_FLAGS_RELWITHDEBINFO
 # not honour (bench/results/logs/2026-12-01-s22-dev4-asan.txt). Both toolchains now run alike.
 # What in a sanitizer log is a report (a finding, as opposed to a test that failed)
 SANITIZER_REPORT := ERROR: (Address|Leak)Sanitizer|runtime error:|SUMMARY: (Address|Undefined)
-SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+# intercept_tls_get_addr=0: GCC 12's runtime (as up to GCC 13 / LLVM 16) records a thread's dynamic
+# TLS blocks by intercepting __tls_get_addr and takes any block whose address is 16 bytes past a
+# 4 KiB boundary for glibc 2.19's layout, reading the two words before it as the block's start and
+# size. glibc 2.25 and later have no such header, so when a malloc'd block of PoCL's or LLVM's
+# dynamic TLS lands there by chance the recorded range is garbage and LeakSanitizer's tracer
+# segfaults scanning it at exit ("Tracer caught signal 11", google/sanitizers#1322): the test has
+# passed and no leak is reported, yet the process fails. Where the block lands depends on the
+# allocations before it (the environment, the path of the build tree), so a given build crashes
+# every time or never: test_opencl_build in build-asan/ crashed 6 runs of 6 on 2026-12-01 and
+# passed 3 of 3 with the flag. The cost: LeakSanitizer no longer scans those dynamic TLS blocks
+# for pointers, which can only add reports (memory reachable only from there would read as
+# leaked), never hide one; a deliberate 777-byte leak in test_opencl_build is still reported.
+# tests/util/test_util.c sets the same default in every test binary for runs outside make.
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:intercept_tls_get_addr=0 \
                  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
                  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
@@ -91,16 +104,6 @@ asan: deps
 	if grep -nE '$(SANITIZER_REPORT)' \
 	     ctest-sanitizers.log; then \
 	  echo "ember: sanitizer report (see $(ASAN_BUILD)/ctest-sanitizers.log)" >&2; exit 1; fi; \
-	if [ $$rc -ne 0 ] && grep -q 'Tracer caught signal' ctest-sanitizers.log; then \
-	  echo "ember: LeakSanitizer's own tracer crashed at a test's exit (an intermittent fault of the"; \
-	  echo "       sanitizer runtime, google/sanitizers#1353, not a report); the failed tests run once more"; \
-	  $(SANITIZER_ENV) ctest --rerun-failed --output-on-failure -V > ctest-sanitizers-rerun.log 2>&1; \
-	  rc=$$?; grep -E '^ *[0-9]+/[0-9]+ Test|tests passed|tests failed' ctest-sanitizers-rerun.log | \
-	    sed 's/^/  /'; \
-	  if grep -nE '$(SANITIZER_REPORT)' \
-	       ctest-sanitizers-rerun.log; then \
-	    echo "ember: sanitizer report (see $(ASAN_BUILD)/ctest-sanitizers-rerun.log)" >&2; exit 1; fi; \
-	  if [ $$rc -ne 0 ]; then cat ctest-sanitizers-rerun.log; exit $$rc; fi; exit 0; fi; \
 	if [ $$rc -ne 0 ]; then cat ctest-sanitizers.log; exit $$rc; fi
 
 clean:
