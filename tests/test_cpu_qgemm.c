@@ -281,6 +281,13 @@ static void test_epilogue(void) {
     check_epilogue(s, 1, 2149, 256, 32, 4, 1);
     check_epilogue(s, 1, 3500, 128, 32, 4, 0);
     check_epilogue(s, 1, 3500, 256, 32, 8, 1);
+    /* the one-row kernel (AVX-512) takes a panel's chunks four at a time and the rest one at a
+     * time over four sets of chains: one chunk (4-bit, the whole K), five, six (the last panels
+     * of B fetch nothing ahead), seven (8-bit) */
+    check_epilogue(s, 1, 70, 200, 0, 4, 0);
+    check_epilogue(s, 1, 300, 160, 32, 4, 1);
+    check_epilogue(s, 1, 2149, 192, 32, 4, 0);
+    check_epilogue(s, 1, 300, 224, 32, 8, 0);
     check_epilogue(s, 9, 70, 200, 0, 8, 0);     /* decode rows on m-row AMX tiles */
     check_epilogue(s, 97, 40, 130, 0, 4, 0);    /* 4-bit, one chunk, several row blocks */
     check_epilogue(s, 130, 70, 640, 0, 8, 0);   /* pipelined scaling over many K steps */

@@ -40,10 +40,10 @@ EMBER__INLINE __m512i dpb(__m512i acc, __m512i u, __m512i s) {
 
 /* The decode kernels of micro() fetch B's bytes this far ahead into L2: 4-bit B of 2-8 rows
  * (panel_sums) and 8-bit B of one row (micro's own loop). The one-row kernel for K chunks
- * (row_panels) fetched 4-bit B so until the twenty-third session and now fetches into L1
- * (ROW_PF_STEPS). Measured when it was the 4-bit decode row's: slower per byte than the 8-bit
- * one (the unpack and a scaled epilogue per block of 32), cold, it drew B at ~17 GB/s where the
- * 8-bit row drew ~30; with the prefetch (M = 1, K = N = 4096, blocks of 32, 2 threads, one
+ * (row_panel) fetched 4-bit B so until the twenty-third session; it has distances of its own
+ * (ROW_PF_L1, ROW_PF_L2). Measured when it was the 4-bit decode row's: slower per byte than the
+ * 8-bit one (the unpack and a scaled epilogue per block of 32), cold, it drew B at ~17 GB/s where
+ * the 8-bit row drew ~30; with the prefetch (M = 1, K = N = 4096, blocks of 32, 2 threads, one
  * process, 48 MiB written between calls, medians of 21): 85 / 85 -> 117 / 106 GOPS (4 KiB ahead:
  * 109 / 99; 16 KiB: 116 / 103). 8-bit B, one row (micro with MR = 1:
  * per-tensor or per-column scales): that harness read it level (B from memory), but in
@@ -382,40 +382,40 @@ EMBER__INLINE __m512i acc_zero(void) {
     return x;
 }
 
-/* How far ahead the one-row kernel fetches B into L1: eight of its steps of 8 k (4-bit: 128
- * bytes a panel a step, 8-bit: 256; every line). See row_panels. */
-#define ROW_PF_STEPS 8
+/* How far ahead the one-row kernel fetches its stream of B: for each 64-byte line it reads, the
+ * line ROW_PF_L1 bytes on into L1 and the line ROW_PF_L2 bytes on into L2 (see row_panel). */
+#define ROW_PF_L1 2048
+#define ROW_PF_L2 16384
 
-/* One K chunk of row_panels: kc values of A's row (ac) against NP panels of B's chunk (bc, the
- * panels pbytes apart) into the chains a0, a1, h0, h1; pf: fetch each panel's bytes
- * ROW_PF_STEPS steps ahead into L1. */
-EMBER__INLINE void row_chunk(const int8_t *ac, const uint8_t *bc, int64_t kc, int64_t pbytes,
-                             const int bits, const int NP, const int pf, __m512i *a0, __m512i *a1,
-                             __m512i *h0, __m512i *h1) {
+/* NQ (4, or 1) sets of chains over a run of one panel's bytes (bc), the row's values at ac: on
+ * each pass of kk (from 0 to klen by kadv) set q takes the 8 k at B bytes bc + q * qb + kk * 4 *
+ * bits against A values ac + q * qa + kk. Set q's chains: a0 / a1 (columns 0-15 / 16-31, the
+ * first 4 k; for 4-bit B the low nibbles), h0 / h1 (the next 4 k; 4-bit: 16 x the high nibbles').
+ * pf: fetch ahead (ROW_PF_L1 into L1, ROW_PF_L2 into L2) every line read. */
+EMBER__INLINE void row_sets(const int8_t *ac, const uint8_t *bc, int64_t qa, int64_t qb,
+                            int64_t klen, const int64_t kadv, const int bits, const int NQ,
+                            const int pf, __m512i *a0, __m512i *a1, __m512i *h0, __m512i *h1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int64_t kk = 0; kk < kc; kk += 8) {
-        int32_t x0, x1;
-        __builtin_memcpy(&x0, ac + kk, 4);
-        __builtin_memcpy(&x1, ac + kk + 4, 4);
-        const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+    for (int64_t kk = 0; kk < klen; kk += kadv) {
 #pragma GCC unroll 4
-        for (int q = 0; q < NP; q++) {
-            if (bits == 4) {
-                const uint8_t *w = bc + q * pbytes + kk * 16;
-                if (pf) {
-                    _mm_prefetch((const char *)(w + ROW_PF_STEPS * 128), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(w + ROW_PF_STEPS * 128 + 64), _MM_HINT_T0);
+        for (int q = 0; q < NQ; q++) {
+            int32_t x0, x1;
+            __builtin_memcpy(&x0, ac + q * qa + kk, 4);
+            __builtin_memcpy(&x1, ac + q * qa + kk + 4, 4);
+            const __m512i y0 = _mm512_set1_epi32(x0), y1 = _mm512_set1_epi32(x1);
+            const uint8_t *w = bc + q * qb + kk * 4 * bits;
+            if (pf)
+                for (int l = 0; l < bits / 2; l++) { /* the 2 (4-bit) or 4 lines of this step */
+                    _mm_prefetch((const char *)(w + ROW_PF_L1 + 64 * l), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(w + ROW_PF_L2 + 64 * l), _MM_HINT_T1);
                 }
+            if (bits == 4) {
                 const __m512i w0 = _mm512_load_si512(w), w1 = _mm512_load_si512(w + 64);
                 a0[q] = dpb(a0[q], _mm512_and_si512(w0, m4), y0);
                 a1[q] = dpb(a1[q], _mm512_and_si512(w1, m4), y0);
                 h0[q] = dpb(h0[q], _mm512_andnot_si512(m4, w0), y1);
                 h1[q] = dpb(h1[q], _mm512_andnot_si512(m4, w1), y1);
             } else {
-                const uint8_t *w = bc + q * pbytes + kk * 32;
-                if (pf)
-                    for (int l = 0; l < 4; l++)
-                        _mm_prefetch((const char *)(w + ROW_PF_STEPS * 256 + 64 * l), _MM_HINT_T0);
                 a0[q] = dpb(a0[q], _mm512_load_si512(w), y0);
                 a1[q] = dpb(a1[q], _mm512_load_si512(w + 64), y0);
                 h0[q] = dpb(h0[q], _mm512_load_si512(w + 128), y1);
@@ -425,99 +425,113 @@ EMBER__INLINE void row_chunk(const int8_t *ac, const uint8_t *bc, int64_t kc, in
     }
 }
 
-/* One row of A (decode) against B in K chunks (4-bit B, or 8-bit B with block scales), columns
- * [j0, j1): micro() with MR = 1 did the same work, but at blocks of 32 its bookkeeping per chunk
- * (the loop of prefetches, the bias subtracted, the scale format tested, registers shuffled
- * between chunks) cost more than the 16 products. Here the sums start at minus the bias term, the
- * chunk's scales are multiplied before the conversion's result is ready, and the value width and
- * scale format are fixed per call. Single thread, B in L2 (K = 4096, N = 256, 4-bit, blocks of
- * 32, f16 scales): the kernel alone 236 against ~110 GOPS.
- * row_panels takes NP (1, 2 or 4) panels of 32 columns from j in one pass; row_body (below) four
- * where it can: each broadcast of A then feeds 16 products, with 16 chains in flight.
- * B is fetched ROW_PF_STEPS steps ahead into L1 (1 KiB a panel at 4 bits, 2 KiB at 8), where it
- * was fetched 8 KiB ahead into L2 (4-bit only) and two panels a pass. The kernels alone, in one
- * process, alternated, 2 threads, M = 1, K = N = 4096, blocks of 32, medians of 101-151 calls
- * with 64 MiB written between calls (cold) or not (hot), against the old kernel: the H200 host's
- * Xeon, 4-bit, cold 1.06-1.09x (to 100-105% of a plain read of the pack's bytes in the same
- * rounds, from 94-96%), hot 1.06x; the Zen 5, 4-bit, cold 1.07-1.10x, hot 1.29x (in an earlier
- * state of that VM, the same design 1.15-1.21x and 1.26-1.30x). Prefetching into L2 as well
- * (8 KiB) lost most of the gain on the Zen 5; four panels against two (both fetching into L1)
- * were level in memory, ahead with B in L2 (the Zen 5 122 against 92 GB/s of B, one thread).
- * 8-bit B (blocks), cold, against the old kernel (which fetched nothing): the Xeon 1.08-1.09x
- * fetching every line, 1.06x one line of four, 1.02-1.05x none (three runs, in that order in
- * each); hot, all within 3%. On the Zen 5 the same builds read 0.87-1.17x, the order changing
- * from one build of the same code to the next (code placement, CMakeLists.txt). */
-EMBER__INLINE void row_panels(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
-                              const int sb16, const int NP) {
+/* f0 / f1 += chunk c's int32 sums (a + h, h of 4-bit B still 16 x) at its scales */
+EMBER__INLINE void row_scaled(const ember__qjob *jb, const float *sa, int64_t sj, int64_t c,
+                              const int bits, const int sb16, __m512i a0, __m512i a1, __m512i h0,
+                              __m512i h1, __m512 *f0, __m512 *f1) {
+    const ember__qpack *p = jb->p;
+    if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
+        h0 = _mm512_srai_epi32(h0, 4);
+        h1 = _mm512_srai_epi32(h1, 4);
+    }
+    const __m512 s0 = chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj + c * 32, sb16));
+    const __m512 s1 = chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj + c * 32 + 16, sb16));
+    *f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, h0)), s0, *f0);
+    *f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1, h1)), s1, *f1);
+}
+
+/* One row of A (decode) against one 32-column panel of B (j) in K chunks (4-bit B, or 8-bit B
+ * with block scales), float out. A panel's chunks lie one after another, so the kernel reads B
+ * as one stream (and its scales as another): four chunks at a time, each chunk in chains of its
+ * own (16 in flight), their scaled sums added to f in chunk order; the chunks left over (or all,
+ * where there are fewer than four) one at a time, each over four sets of chains that take its
+ * steps of 8 k in turn (summed in int32, exact, before the scaling). Each chunk's sums are scaled
+ * and added in the same order and with the same float operations as before: the results did not
+ * change by a bit.
+ * Until the twenty-sixth session it took four panels a pass (each broadcast of A fed 16
+ * products), reading four streams 64 KiB apart (K = 4096) and their scales, and fetched each 1 KiB
+ * ahead into L1; e_q4 read 81-86% of its roofline in bench_qgemm on the H200 host's Xeon, where a
+ * build that only read B in that order read 82-98%. Now each line read fetches the line 2 KiB on
+ * into L1 and 16 KiB on into L2. bench_qgemm --shape 1,4096,4096 on that Xeon (2 threads), the
+ * old kernel and variants of this one alternated five times in one run, medians (ranges):
+ * - old: Q4 / Q8 1.54 (1.45-1.59), e_q4 at 86% of its roofline; e_q8b / e_q8 0.84
+ * - this one: 1.67 (1.62-1.73), 92%; e_q8b / e_q8 0.92
+ * - the L1 fetch 1 / 4 KiB ahead: 1.63 / 1.64; the L2 fetch 8 / 32 KiB ahead: 1.66 / 1.61
+ * In an earlier run of the same shape (five alternations): the old kernel 1.50 (1.48-1.53), the
+ * stream with an L1 fetch only (4, 8 or 16 KiB ahead) 1.45-1.47, an L2 fetch only (16 KiB) 1.56,
+ * both (2 + 16 KiB) 1.59 (1.55-1.67). On the Zen 5 all of them read within that machine's noise.
+ * (bench/results/cpu.md, twenty-sixth session.) */
+EMBER__INLINE void row_panel(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
+                             const int sb16) {
     const ember__qpack *p = jb->p;
     const int64_t kp = p->kp, kc = p->kc, nch = p->nch;
-    const int64_t pbytes = kp * bits * 4; /* one panel: 32 columns x kp values */
-    const int64_t cbytes = kc * bits * 4; /* a panel's chunk */
+    const int64_t pbytes = kp * bits * 4, cbytes = kc * bits * 4; /* a panel, a panel's chunk */
     const int8_t *a = jb->a + i * kp;
     const int32_t *rs = jb->rs + i * nch;
     const float *sa = jb->sa + i * nch;
     const uint8_t *b = p->b + (j / 32) * pbytes;
-    /* the offset of the last chunk that prefetches: the last panel's chunk ROW_PF_STEPS steps on
-     * still lies in B's values */
-    const int64_t pf_last =
-        (p->np / 32) * pbytes - (NP - 1) * pbytes - cbytes - ROW_PF_STEPS * 32 * bits;
-    int64_t sj[4];
-    __m512 f[4][2];
+    const int64_t sj = ember__qpack_sidx(p, 0, j);
+    /* a run fetches ahead while ROW_PF_L2 bytes past its end still lie in B's values */
+    const int64_t pf_end = (p->np / 32) * pbytes - ROW_PF_L2;
+    __m512 f0 = _mm512_setzero_ps(), f1 = _mm512_setzero_ps();
+    __m512i a0[4], a1[4], h0[4], h1[4];
+    int64_t c = 0;
+    for (; c + 4 <= nch; c += 4) { /* four chunks, a set of chains each */
+        const uint8_t *bc = b + c * cbytes;
 #pragma GCC unroll 4
-    for (int q = 0; q < NP; q++) {
-        sj[q] = ember__qpack_sidx(p, 0, j + 32 * q);
-        f[q][0] = f[q][1] = _mm512_setzero_ps();
-    }
-    for (int64_t c = 0; c < nch; c++) {
-        __m512i a0[4], a1[4], h0[4], h1[4]; /* h: second chains (4-bit: 16 x the high nibbles') */
-        const __m512i bias = _mm512_set1_epi32(-p->bias * rs[c]);
-#pragma GCC unroll 4
-        for (int q = 0; q < NP; q++) {
+        for (int q = 0; q < 4; q++) {
+            const __m512i bias = _mm512_set1_epi32(-p->bias * rs[c + q]);
             a0[q] = acc_from(bias);
             a1[q] = acc_from(bias);
             h0[q] = acc_zero();
             h1[q] = acc_zero();
         }
-        const uint8_t *bc = b + c * cbytes;
-        if (__builtin_expect(bc - p->b <= pf_last, 1))
-            row_chunk(a + c * kc, bc, kc, pbytes, bits, NP, 1, a0, a1, h0, h1);
+        if (__builtin_expect(bc + 4 * cbytes - p->b <= pf_end, 1))
+            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 4, 1, a0, a1, h0, h1);
         else
-            row_chunk(a + c * kc, bc, kc, pbytes, bits, NP, 0, a0, a1, h0, h1);
+            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 4, 0, a0, a1, h0, h1);
 #pragma GCC unroll 4
-        for (int q = 0; q < NP; q++) {
-            if (bits == 4) { /* every term of h is a multiple of 16 (see micro): exact */
-                h0[q] = _mm512_srai_epi32(h0[q], 4);
-                h1[q] = _mm512_srai_epi32(h1[q], 4);
-            }
-            const __m512 s0 =
-                chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj[q] + c * 32, sb16));
-            const __m512 s1 =
-                chunk_scale(jb, sa[c], ember__qpack_scales16(p, sj[q] + c * 32 + 16, sb16));
-            f[q][0] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[q], h0[q])), s0, f[q][0]);
-            f[q][1] =
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a1[q], h1[q])), s1, f[q][1]);
+        for (int q = 0; q < 4; q++)
+            row_scaled(jb, sa, sj, c + q, bits, sb16, a0[q], a1[q], h0[q], h1[q], &f0, &f1);
+    }
+    for (; c < nch; c++) { /* one chunk, its steps over four sets of chains in turn */
+        const uint8_t *bc = b + c * cbytes;
+        a0[0] = acc_from(_mm512_set1_epi32(-p->bias * rs[c]));
+        a1[0] = acc_from(a0[0]);
+        h0[0] = acc_zero();
+        h1[0] = acc_zero();
+#pragma GCC unroll 3
+        for (int q = 1; q < 4; q++) {
+            a0[q] = acc_zero();
+            a1[q] = acc_zero();
+            h0[q] = acc_zero();
+            h1[q] = acc_zero();
         }
+        if (__builtin_expect(bc + cbytes - p->b <= pf_end, 1))
+            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 4, 1, a0, a1, h0, h1);
+        else
+            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 4, 0, a0, a1, h0, h1);
+        /* int32 sums wrap modulo 2^32, and the chunk's whole sum fits (see micro): exact */
+        const __m512i s0 =
+            _mm512_add_epi32(_mm512_add_epi32(a0[0], a0[1]), _mm512_add_epi32(a0[2], a0[3]));
+        const __m512i s1 =
+            _mm512_add_epi32(_mm512_add_epi32(a1[0], a1[1]), _mm512_add_epi32(a1[2], a1[3]));
+        const __m512i t0 =
+            _mm512_add_epi32(_mm512_add_epi32(h0[0], h0[1]), _mm512_add_epi32(h0[2], h0[3]));
+        const __m512i t1 =
+            _mm512_add_epi32(_mm512_add_epi32(h1[0], h1[1]), _mm512_add_epi32(h1[2], h1[3]));
+        row_scaled(jb, sa, sj, c, bits, sb16, s0, s1, t0, t1, &f0, &f1);
     }
-#pragma GCC unroll 4
-    for (int q = 0; q < NP; q++) {
-        const int64_t nv = p->n - j - 32 * q;
-        float *o = jb->c + i * jb->ldc + j + 32 * q;
-        _mm512_mask_storeu_ps(o, ember__tail_mask16(nv), row_scale(jb, sa[0], f[q][0]));
-        _mm512_mask_storeu_ps(o + 16, ember__tail_mask16(nv - 16), row_scale(jb, sa[0], f[q][1]));
-    }
+    const int64_t nv = p->n - j;
+    float *o = jb->c + i * jb->ldc + j;
+    _mm512_mask_storeu_ps(o, ember__tail_mask16(nv), row_scale(jb, sa[0], f0));
+    _mm512_mask_storeu_ps(o + 16, ember__tail_mask16(nv - 16), row_scale(jb, sa[0], f1));
 }
 
 EMBER__INLINE void row_body(const ember__qjob *jb, int64_t i, int64_t j0, int64_t j1,
                             const int bits, const int sb16) {
-    const int64_t n = jb->p->n;
-    int64_t j = j0;
-    for (; j + 96 < j1 && j + 96 < n; j += 128)
-        row_panels(jb, i, j, bits, sb16, 4);
-    for (; j + 32 < j1 && j + 32 < n; j += 64)
-        row_panels(jb, i, j, bits, sb16, 2);
-    for (; j < j1 && j < n; j += 32)
-        row_panels(jb, i, j, bits, sb16, 1);
+    for (int64_t j = j0; j < j1 && j < jb->p->n; j += 32)
+        row_panel(jb, i, j, bits, sb16);
 }
 
 typedef void (*row_fn)(const ember__qjob *, int64_t, int64_t, int64_t);
