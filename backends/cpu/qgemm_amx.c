@@ -1064,20 +1064,30 @@ static void thin_config(int rows, int ks) {
  * bench_qgemm --shape (31-41 rounds), without and with alternated, medians of e_q8 GOPS: 8 x
  * 4096^2 615 -> 624 and 528 -> 586 (eight alternations each; 83-88% -> 94-98% of the in-round
  * roofline), 16 x 4096^2 712 -> 771, 2 x 4096^2 150 -> 155, 4 x 4096 x 11008 200 -> 208 (five).
- * Earlier sessions measured the plain kernel's prefetch level in bench runs of 11 rounds. */
+ * Earlier sessions measured the plain kernel's prefetch level in bench runs of 11 rounds.
+ * The same bytes are also fetched THIN_PF_L1 ahead into L1 (the next 2048-byte step of the plain
+ * kernel), as the one-row VNNI kernel fetches its stream into both (qgemm_avx512.c, row_panel):
+ * the tile loads had met B in L2. H200 host's Xeon, bench_qgemm --shape, 2 threads, four
+ * alternations in one run, e_q8 GOPS (share of the in-round roofline): 8 x 4096^2 345 / 329 /
+ * 372 / 400 (80-93%, median 84.5%) -> 430 / 386 / 386 / 444 (95-100%, median 98.5%); 16 x
+ * 4096^2 645 / 649 / 620 / 806 -> 680 / 705 / 690 / 893. 4 KiB ahead into L1 read 96-98% at 8
+ * rows; 16 KiB into L2 with it, 92-98%. */
 #define THIN_PF 8192
+#define THIN_PF_L1 2048
 
 /* The plain thin kernel writes C for this many 32-column panels at a time (a task's 256 columns
  * at most: 16 KiB of sums on the stack) */
 #define THIN_PANELS 8
 
-/* A thin kernel's K step: the `bytes` of B THIN_PF past bk (this step's) to L2, unless they lie
- * past B's values (bbytes from p->b) */
+/* A thin kernel's K step: the `bytes` of B THIN_PF past bk (this step's) to L2 and THIN_PF_L1
+ * past it to L1, unless they lie past B's values (bbytes from p->b) */
 static inline __attribute__((always_inline)) void
 thin_prefetch(const ember__qpack *p, const uint8_t *bk, int64_t bytes, int64_t bbytes) {
     if (bk - p->b + THIN_PF + bytes <= bbytes)
-        for (int64_t q = 0; q < bytes; q += 64)
+        for (int64_t q = 0; q < bytes; q += 64) {
             _mm_prefetch((const char *)(bk + THIN_PF + q), _MM_HINT_T1);
+            _mm_prefetch((const char *)(bk + THIN_PF_L1 + q), _MM_HINT_T0);
+        }
 }
 
 /* Decode shapes (2 <= m <= 16, 8-bit B, one K chunk): one A tile of m rows against two B tiles;
