@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Check each 2-thread table of a bench_qgemm log against issue 5's targets.
+
+Usage: python3 bench/targets.py LOG
+A table starts at a line "== table NAME TIME" (the device scripts print one before each run of
+bench_qgemm) or, failing that, at each "## threads 2:" header. Ratios are computed from the GOPS
+columns (not the rounded ratio columns), so a ratio printed as 1.50 may still read as a miss.
+Targets: cached e_q8 >= 1.5x oneDNN reordered at 1024^3 / 2048^3 / 4096^3 and M = 32 / 128 / 512
+(K = N = 4096) and 128 x 11008 x 4096; >= 40% of the AMX peak at 2048^3; first calls >= 1.2x
+oneDNN without reorder at those shapes and M = 1 / 8; M = 1 and M = 8 >= 90% of the in-round
+roofline; Q4 / Q8 >= 1.7 at M = 1; >= 5x OpenBLAS sgemm from 1024^3.
+"""
+import math
+import re
+import sys
+
+SQ = ('1024,1024,1024', '2048,2048,2048', '4096,4096,4096')
+MS = ('32,4096,4096', '128,4096,4096', '512,4096,4096', '128,11008,4096')
+FC = SQ + ('1,4096,4096', '8,4096,4096') + MS
+FCN = ('1024', '2048', '4096', 'M1', 'M8', 'M32', 'M128', 'M512', 'N11008')
+
+
+def tables(path):
+    out, cur, named = [], None, False
+    for line in open(path):
+        if line.startswith('== table'):
+            f = line.split()
+            cur = {'name': f[2], 'time': f[3] if len(f) > 3 else '', 'rows': {}}
+            out.append(cur)
+            named = True
+            continue
+        m = re.match(r'## threads (\d+): AMX peak (\d+)', line)
+        if m:
+            if m.group(1) != '2':
+                cur = None if not named else cur
+                continue
+            if not named:
+                cur = {'name': str(len(out) + 1), 'time': '', 'rows': {}}
+                out.append(cur)
+            if cur is not None:
+                cur['peak'] = int(m.group(2))
+            continue
+        m = re.match(r'^(\d+,\d+,\d+)\s+(.*)', line)
+        if m and cur is not None and '|' in line:
+            left, right = m.group(2).split('|', 1)
+            g = [float(x) for x in left.split()]
+            cur['rows'][m.group(1)] = {'e8': g[0], 'e8f': g[1], 'e4': g[2], 'dr': g[4],
+                                       'dp': g[5], 'blas': g[6], 'pk': right.split()[4],
+                                       'line': line}
+    return [t for t in out if all(s in t['rows'] for s in FC)]
+
+
+def check(t):
+    r, miss = t['rows'], []
+    sq = [r[s]['e8'] / r[s]['dr'] for s in SQ]
+    ms = [r[s]['e8'] / r[s]['dr'] for s in MS]
+    fc = [r[s]['e8f'] / r[s]['dp'] for s in FC]
+    pk = float(r['2048,2048,2048']['pk'].rstrip('%'))
+    roof = [int(re.search(r'roofline (\d+)%', r[s]['line']).group(1))
+            for s in ('1,4096,4096', '8,4096,4096')]
+    q = r['1,4096,4096']['e4'] / r['1,4096,4096']['e8']
+    e4 = re.search(r'e_q4 (\d+)% of \d+ \(q4/q8 ceiling ([\d.]+)', r['1,4096,4096']['line'])
+    big = [s for s in r if math.prod(int(x) for x in s.split(',')) >= 1024 ** 3]
+    bl = [r[s]['e8'] / r[s]['blas'] for s in big]
+    miss += [f'cached {n}:{v:.2f}' for n, v in zip(('1024', '2048', '4096'), sq) if v < 1.5]
+    miss += [f'cached {n}:{v:.2f}' for n, v in zip(('32', '128', '512', '11008'), ms) if v < 1.5]
+    if pk < 40:
+        miss.append(f'peak {pk:.0f}%')
+    miss += [f'first {n}:{v:.2f}' for n, v in zip(FCN, fc) if v < 1.2]
+    if min(roof) < 90:
+        miss.append(f'roofline {roof[0]}/{roof[1]}')
+    if q < 1.7:
+        miss.append(f'q4/q8 {q:.2f}')
+    if min(bl) < 5:
+        miss.append(f'blas {min(bl):.1f}')
+    e4s = f' (e_q4 {e4.group(1)}% of its roofline, ceiling {e4.group(2)})' if e4 else ''
+    return (f"table {t['name']} {t['time']} peak {t.get('peak')}: cached sq "
+            f"{[round(x, 2) for x in sq]} M {[round(x, 2) for x in ms]} %pk {pk:.0f} first "
+            f"{[round(x, 2) for x in fc]} roof {roof[0]}/{roof[1]} q4/q8 {q:.2f}{e4s} blas "
+            f"{min(bl):.1f}-{max(bl):.1f} | " + ('MISS: ' + '; '.join(miss) if miss else 'ALL MET'))
+
+
+if __name__ == '__main__':
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    ts = tables(sys.argv[1])
+    for t in ts:
+        print(check(t))
+    if not ts:
+        print('no complete 2-thread table in', sys.argv[1])
