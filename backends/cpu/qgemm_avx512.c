@@ -387,7 +387,7 @@ EMBER__INLINE __m512i acc_zero(void) {
 #define ROW_PF_L1 2048
 #define ROW_PF_L2 16384
 
-/* NQ (4, or 1) sets of chains over a run of one panel's bytes (bc), the row's values at ac: on
+/* NQ sets of chains (row_panel: 4) over a run of one panel's bytes (bc), the row's values at ac: on
  * each pass of kk (from 0 to klen by kadv) set q takes the 8 k at B bytes bc + q * qb + kk * 4 *
  * bits against A values ac + q * qa + kk. Set q's chains: a0 / a1 (columns 0-15 / 16-31, the
  * first 4 k; for 4-bit B the low nibbles), h0 / h1 (the next 4 k; 4-bit: 16 x the high nibbles').
@@ -447,20 +447,24 @@ EMBER__INLINE void row_scaled(const ember__qjob *jb, const float *sa, int64_t sj
  * where there are fewer than four) one at a time, each over four sets of chains that take its
  * steps of 8 k in turn (summed in int32, exact, before the scaling). Each chunk's sums are scaled
  * and added in the same order and with the same float operations as before: the results did not
- * change by a bit.
- * Until the twenty-sixth session it took four panels a pass (each broadcast of A fed 16
- * products), reading four streams 64 KiB apart (K = 4096) and their scales, and fetched each 1 KiB
- * ahead into L1; e_q4 read 81-86% of its roofline in bench_qgemm on the H200 host's Xeon, where a
- * build that only read B in that order read 82-98%. Now each line read fetches the line 2 KiB on
- * into L1 and 16 KiB on into L2. bench_qgemm --shape 1,4096,4096 on that Xeon (2 threads), the
- * old kernel and variants of this one alternated five times in one run, medians (ranges):
+ * change by a bit. (micro() with MR = 1 did this work before the one-row kernel (c14dad9): at
+ * blocks of 32 its bookkeeping per chunk cost more than the 16 products; here the sums start at
+ * minus the bias term and the value width and scale format are fixed per call.) Until the
+ * twenty-sixth session it took four panels a pass (each broadcast of A fed 16 products), reading
+ * four streams 64 KiB apart (K = 4096) and their scales, and fetched each 1 KiB ahead into L1; e_q4
+ * read 81-86% of its roofline in bench_qgemm on the H200 host's Xeon, where a build that only read
+ * B in that order read 82-98%. Now each line read fetches the line 2 KiB on into L1 and 16 KiB on
+ * into L2. bench_qgemm --shape 1,4096,4096 on that Xeon (2 threads), the old kernel and variants of
+ * this one alternated five times in one run, medians (ranges):
  * - old: Q4 / Q8 1.54 (1.45-1.59), e_q4 at 86% of its roofline; e_q8b / e_q8 0.84
  * - this one: 1.67 (1.62-1.73), 92%; e_q8b / e_q8 0.92
  * - the L1 fetch 1 / 4 KiB ahead: 1.63 / 1.64; the L2 fetch 8 / 32 KiB ahead: 1.66 / 1.61
  * In an earlier run of the same shape (five alternations): the old kernel 1.50 (1.48-1.53), the
  * stream with an L1 fetch only (4, 8 or 16 KiB ahead) 1.45-1.47, an L2 fetch only (16 KiB) 1.56,
- * both (2 + 16 KiB) 1.59 (1.55-1.67). On the Zen 5 all of them read within that machine's noise.
- * (bench/results/cpu.md, twenty-sixth session.) */
+ * both (2 + 16 KiB) 1.59 (1.55-1.67). The committed build against the one before it, two binaries
+ * alternated in later runs: 1.44-1.55 -> 1.55-1.70 (five times), 1.44-1.80 -> 1.53-1.77 (four). On
+ * the Zen 5 all of them read within that machine's noise. (bench/results/cpu.md, twenty-sixth
+ * session.) */
 EMBER__INLINE void row_panel(const ember__qjob *jb, int64_t i, int64_t j, const int bits,
                              const int sb16) {
     const ember__qpack *p = jb->p;
