@@ -387,18 +387,18 @@ EMBER__INLINE __m512i acc_zero(void) {
 #define ROW_PF_L1 2048
 #define ROW_PF_L2 16384
 
-/* NQ sets of chains (row_panel: 4) over a run of one panel's bytes (bc), the row's values at ac: on
+/* Four sets of chains over a run of one panel's bytes (bc), the row's values at ac: on
  * each pass of kk (from 0 to klen by kadv) set q takes the 8 k at B bytes bc + q * qb + kk * 4 *
  * bits against A values ac + q * qa + kk. Set q's chains: a0 / a1 (columns 0-15 / 16-31, the
  * first 4 k; for 4-bit B the low nibbles), h0 / h1 (the next 4 k; 4-bit: 16 x the high nibbles').
  * pf: fetch ahead (ROW_PF_L1 into L1, ROW_PF_L2 into L2) every line read. */
 EMBER__INLINE void row_sets(const int8_t *ac, const uint8_t *bc, int64_t qa, int64_t qb,
-                            int64_t klen, const int64_t kadv, const int bits, const int NQ,
-                            const int pf, __m512i *a0, __m512i *a1, __m512i *h0, __m512i *h1) {
+                            int64_t klen, const int64_t kadv, const int bits, const int pf,
+                            __m512i *a0, __m512i *a1, __m512i *h0, __m512i *h1) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int64_t kk = 0; kk < klen; kk += kadv) {
 #pragma GCC unroll 4
-        for (int q = 0; q < NQ; q++) {
+        for (int q = 0; q < 4; q++) {
             int32_t x0, x1;
             __builtin_memcpy(&x0, ac + q * qa + kk, 4);
             __builtin_memcpy(&x1, ac + q * qa + kk + 4, 4);
@@ -491,9 +491,9 @@ EMBER__INLINE void row_panel(const ember__qjob *jb, int64_t i, int64_t j, const 
             h1[q] = acc_zero();
         }
         if (__builtin_expect(bc + 4 * cbytes - p->b <= pf_end, 1))
-            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 4, 1, a0, a1, h0, h1);
+            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 1, a0, a1, h0, h1);
         else
-            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 4, 0, a0, a1, h0, h1);
+            row_sets(a + c * kc, bc, kc, cbytes, kc, 8, bits, 0, a0, a1, h0, h1);
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             row_scaled(jb, sa, sj, c + q, bits, sb16, a0[q], a1[q], h0[q], h1[q], &f0, &f1);
@@ -512,9 +512,9 @@ EMBER__INLINE void row_panel(const ember__qjob *jb, int64_t i, int64_t j, const 
             h1[q] = acc_zero();
         }
         if (__builtin_expect(bc + cbytes - p->b <= pf_end, 1))
-            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 4, 1, a0, a1, h0, h1);
+            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 1, a0, a1, h0, h1);
         else
-            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 4, 0, a0, a1, h0, h1);
+            row_sets(a + c * kc, bc, 8, 32 * bits, kc, 32, bits, 0, a0, a1, h0, h1);
         /* int32 sums wrap modulo 2^32, and the chunk's whole sum fits (see micro): exact */
         const __m512i s0 =
             _mm512_add_epi32(_mm512_add_epi32(a0[0], a0[1]), _mm512_add_epi32(a0[2], a0[3]));
