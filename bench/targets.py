@@ -21,27 +21,24 @@ FCN = ('1024', '2048', '4096', 'M1', 'M8', 'M32', 'M128', 'M512', 'N11008')
 
 
 def tables(path):
-    out, cur, named = [], None, False
+    out, cur, two = [], None, True  # two: inside a 2-thread section
     for line in open(path):
         if line.startswith('== table'):
             f = line.split()
             cur = {'name': f[2], 'time': f[3] if len(f) > 3 else '', 'rows': {}}
             out.append(cur)
-            named = True
             continue
         m = re.match(r'## threads (\d+): AMX peak (\d+)', line)
         if m:
-            if m.group(1) != '2':
-                cur = None if not named else cur
-                continue
-            if not named:
+            two = m.group(1) == '2'
+            if two and (cur is None or 'peak' in cur):  # no "== table" line before this one
                 cur = {'name': str(len(out) + 1), 'time': '', 'rows': {}}
                 out.append(cur)
-            if cur is not None:
+            if two:
                 cur['peak'] = int(m.group(2))
             continue
         m = re.match(r'^(\d+,\d+,\d+)\s+(.*)', line)
-        if m and cur is not None and '|' in line:
+        if m and two and cur is not None and '|' in line:
             left, right = m.group(2).split('|', 1)
             g = [float(x) for x in left.split()]
             cur['rows'][m.group(1)] = {'e8': g[0], 'e8f': g[1], 'e4': g[2], 'dr': g[4],
