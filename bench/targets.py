@@ -9,6 +9,9 @@ Targets: cached e_q8 >= 1.5x oneDNN reordered at 1024^3 / 2048^3 / 4096^3 and M 
 (K = N = 4096) and 128 x 11008 x 4096; >= 40% of the AMX peak at 2048^3; first calls >= 1.2x
 oneDNN without reorder at those shapes and M = 1 / 8; M = 1 and M = 8 >= 90% of the in-round
 roofline; Q4 / Q8 >= 1.7 at M = 1; >= 5x OpenBLAS sgemm from 1024^3.
+Where the header gives it, the AMX peak of one thread alone and the two threads' multiple of it
+follow the peak: near 1 the two threads share one tile unit (the issue's machine), near 2 each
+has its own.
 """
 import math
 import re
@@ -36,6 +39,9 @@ def tables(path):
                 out.append(cur)
             if two:
                 cur['peak'] = int(m.group(2))
+                a = re.search(r'one thread alone (\d+): x([\d.]+)', line)
+                if a:  # logs from 2026-12-02 on: is the tile unit shared by the two threads?
+                    cur['alone'] = (int(a.group(1)), float(a.group(2)))
             continue
         m = re.match(r'^(\d+,\d+,\d+)\s+(.*)', line)
         if m and two and cur is not None and '|' in line:
@@ -71,7 +77,8 @@ def check(t):
     if min(bl) < 5:
         miss.append(f'blas {min(bl):.1f}')
     e4s = f' (e_q4 {e4.group(1)}% of its roofline, ceiling {e4.group(2)})' if e4 else ''
-    return (f"table {t['name']} {t['time']} peak {t.get('peak')}: cached sq "
+    al = f" (one thread alone {t['alone'][0]}, x{t['alone'][1]:.2f})" if 'alone' in t else ''
+    return (f"table {t['name']} {t['time']} peak {t.get('peak')}{al}: cached sq "
             f"{[round(x, 2) for x in sq]} M {[round(x, 2) for x in ms]} %pk {pk:.0f} first "
             f"{[round(x, 2) for x in fc]} roof {roof[0]}/{roof[1]} q4/q8 {q:.2f}{e4s} blas "
             f"{min(bl):.1f}-{max(bl):.1f} | " + ('MISS: ' + '; '.join(miss) if miss else 'ALL MET'))
