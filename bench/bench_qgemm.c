@@ -47,6 +47,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,12 +127,31 @@ static void *peak_thread(void *p) {
     return NULL;
 }
 
+/* The CPU for probe thread t of nt in *one: the t-th of the process's allowed CPUs. 0 (no pin)
+ * where fewer than nt are allowed or the mask cannot be read. */
+static int probe_cpu(int t, int nt, cpu_set_t *one) {
+    cpu_set_t all;
+    if (sched_getaffinity(0, sizeof all, &all) != 0 || CPU_COUNT(&all) < nt)
+        return 0;
+    for (size_t c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all) && seen++ == (size_t)t) {
+            CPU_ZERO(one);
+            CPU_SET(c, one);
+            return 1;
+        }
+    return 0;
+}
+
 /* ops (or bytes) per second with nt threads, over the span from the first thread's start to the
  * last one's end, as the threads read the clock themselves. Until 2026-12-01 the calling thread
  * read it after the start barrier: with as many threads as vCPUs it often ran only when a
  * worker's time slice ended, so the span came out short and the ceilings high (on the 2-vCPU
  * Zen 5, two threads' VNNI peak read 1079-3379 GOPS in three runs against 864 for one thread,
- * and the read bandwidth 83-1488 GB/s). */
+ * and the read bandwidth 83-1488 GB/s). Until 2026-12-02 the threads were not pinned: a probe's
+ * new threads often ran on the creator's vCPU together for much of their few milliseconds, and
+ * on the Zen 5 two threads' VNNI peak read 908-1774 GOPS in ten runs (one thread alone about
+ * 880, ember's own 2048^3 product 1600); each on a CPU of its own, 1488-1830 (mostly ~1770) in
+ * six, and the 16 MiB read 73-95 GB/s against 49-82. */
 static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size_t bytes) {
     pthread_t th[8];
     peak_arg a[8];
@@ -146,7 +166,16 @@ static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size
                           0,
                           0,
                           &bar};
-        pthread_create(&th[t], NULL, peak_thread, &a[t]);
+        /* each thread on a CPU of its own (the t-th the process may run on): unpinned, the new
+         * threads of a short probe often shared the creator's vCPU for much of it */
+        pthread_attr_t attr;
+        cpu_set_t one;
+        const int pin = probe_cpu(t, nt, &one);
+        pthread_attr_init(&attr);
+        if (pin)
+            pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+        pthread_create(&th[t], &attr, peak_thread, &a[t]);
+        pthread_attr_destroy(&attr);
     }
     double ops = 0, t0 = 0, t1 = 0;
     for (int t = 0; t < nt; t++) {
