@@ -174,7 +174,8 @@ static double ceiling(int which, int nt, int64_t iters, const uint8_t *buf, size
         pthread_attr_init(&attr);
         if (pin)
             pthread_attr_setaffinity_np(&attr, sizeof one, &one);
-        pthread_create(&th[t], &attr, peak_thread, &a[t]);
+        if (pthread_create(&th[t], &attr, peak_thread, &a[t]) != 0 && pin)
+            pthread_create(&th[t], NULL, peak_thread, &a[t]); /* the pin refused: unpinned */
         pthread_attr_destroy(&attr);
     }
     double ops = 0, t0 = 0, t1 = 0;
