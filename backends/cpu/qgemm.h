@@ -70,8 +70,8 @@ typedef struct ember__qpack {
     int sb16;       /* scales stored as f16 */
     uint8_t *b;     /* values, 64-byte aligned (a 2 MiB-aligned region of their own from 4 MiB, and
                        where they fill whole 2 MiB pages: pack_values_alloc in qgemm.c) */
-    void *sb;       /* [nch][np] scales (f32 or f16), in b's allocation after the values, or in
-                       sb_heap */
+    void *sb;       /* scales (f32 or f16), [np/32][nch][32] (ember__qpack_sidx), in b's
+                       allocation after the values, or in sb_heap */
     void *sb_heap;  /* the scales' own heap allocation, where the values alone fill a region; or
                        NULL */
     size_t b_map;   /* b's region size (ember__cpu_region_get), 0: b is heap memory */
