@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check each 2-thread table of a bench_qgemm log against issue 5's targets.
 
-Usage: python3 bench/targets.py LOG
+Usage: python3 bench/targets.py LOG [LOG ...]
 A table starts at a line "== table NAME TIME" (the device scripts print one before each run of
 bench_qgemm) or, failing that, at each "## threads 2:" header. Ratios are computed from the GOPS
 columns (not the rounded ratio columns), so a ratio printed as 1.50 may still read as a miss.
@@ -12,6 +12,8 @@ roofline; Q4 / Q8 >= 1.7 at M = 1; >= 5x OpenBLAS sgemm from 1024^3.
 Where the header gives it, the AMX peak of one thread alone and the two threads' multiple of it
 follow the peak: near 1 the two threads share one tile unit (the issue's machine), near 2 each
 has its own.
+After the tables, a summary: for each target, the tables that meet it, of all and of those whose
+header reads a multiple below SHARED (one tile unit shared, as on the issue's machine).
 """
 import math
 import re
@@ -21,6 +23,8 @@ SQ = ('1024,1024,1024', '2048,2048,2048', '4096,4096,4096')
 MS = ('32,4096,4096', '128,4096,4096', '512,4096,4096', '128,11008,4096')
 FC = SQ + ('1,4096,4096', '8,4096,4096') + MS
 FCN = ('1024', '2048', '4096', 'M1', 'M8', 'M32', 'M128', 'M512', 'N11008')
+TARGETS = ('cached', 'peak', 'first', 'roofline', 'q4/q8', 'blas')
+SHARED = 1.3  # the two-thread AMX multiple below which the header says one tile unit is shared
 
 
 def tables(path):
@@ -76,6 +80,7 @@ def check(t):
         miss.append(f'q4/q8 {q:.2f}')
     if min(bl) < 5:
         miss.append(f'blas {min(bl):.1f}')
+    t['miss'] = {g for g in TARGETS for x in miss if x.startswith(g)}
     e4s = f' (e_q4 {e4.group(1)}% of its roofline, ceiling {e4.group(2)})' if e4 else ''
     al = f" (one thread alone {t['alone'][0]}, x{t['alone'][1]:.2f})" if 'alone' in t else ''
     return (f"table {t['name']} {t['time']} peak {t.get('peak')}{al}: cached sq "
@@ -84,11 +89,30 @@ def check(t):
             f"{min(bl):.1f}-{max(bl):.1f} | " + ('MISS: ' + '; '.join(miss) if miss else 'ALL MET'))
 
 
+def summary(ts):
+    shared = [t for t in ts if 'alone' in t and t['alone'][1] < SHARED]
+    lines = [f'summary: {len(ts)} tables, {len(shared)} with one tile unit shared '
+             f'(multiple < {SHARED})']
+    for g in TARGETS + ('every target',):
+        def met(t):
+            return not t['miss'] if g == 'every target' else g not in t['miss']
+        lines.append(f'  {g:<13} {sum(map(met, ts))} of {len(ts)}; shared '
+                     f'{sum(map(met, shared))} of {len(shared)}')
+    return '\n'.join(lines)
+
+
 if __name__ == '__main__':
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
-    ts = tables(sys.argv[1])
-    for t in ts:
-        print(check(t))
-    if not ts:
-        print('no complete 2-thread table in', sys.argv[1])
+    ts = []
+    for path in sys.argv[1:]:
+        got = tables(path)
+        if len(sys.argv) > 2:
+            print('#', path)
+        for t in got:
+            print(check(t))
+        if not got:
+            print('no complete 2-thread table in', path)
+        ts += got
+    if ts:
+        print(summary(ts))
